@@ -1,0 +1,39 @@
+# vmoe-routers: every command a user or CI runs.
+#   make install   create .venv and install pinned dependencies (idempotent)
+#   make test      the test suite (CI runs exactly this through .ci/run)
+#   make bench     speed benchmarks, results in bench/results/
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
+FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
+
+.PHONY: install test bench fashion-mnist
+
+install: $(STAMP) fashion-mnist
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	touch $(STAMP)
+
+# The embedded default dataset: Debian's dataset-fashion-mnist (IDX files). Where apt is not
+# available (e.g. macOS) the loader falls back to TFDS's own `fashion_mnist` download.
+fashion-mnist:
+	@if [ -d $(FASHION_MNIST_DIR) ]; then \
+	  echo "Fashion-MNIST found in $(FASHION_MNIST_DIR)"; \
+	elif command -v apt-get >/dev/null; then \
+	  $(SUDO) apt-get install -y dataset-fashion-mnist || \
+	  ($(SUDO) apt-get update && $(SUDO) apt-get install -y dataset-fashion-mnist); \
+	else \
+	  echo "apt-get not available: Fashion-MNIST will come from TFDS's fashion_mnist download instead"; \
+	fi
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) bench/moe_layer.py --all --out bench/results/moe_layer.json

@@ -1,0 +1,183 @@
+"""Speed of the MoE layer for every router, against three baselines (a benchmark, not a test).
+
+One measurement:
+  python bench/moe_layer.py --router sinkhorn_ec --groups 8 --group-size 392 --dim 768 \
+      --experts 32 --capacity 1 --json
+prints one JSON line with the median forward and forward+backward milliseconds after warm-up.
+Besides the router names of vmoe.routing.router.ROUTERS, --router accepts the baselines
+  round_robin  tokens assigned to experts in fixed order, no router: the floor for this layer;
+  dense_mlp    one MLP over the same tokens: the same active compute at c=1;
+and --dispatch einsum runs a sparse router with the dense one-hot einsum dispatch/combine instead
+of gather/scatter (the `einsum` baseline).
+
+`--all --out FILE` (what `make bench` runs) times every paper router, with both dispatches, and the
+baselines at a B/32-like shape (S=392 tokens per group, 8 images of 49 patches) and a B/16-like one
+(S=1576, 8 images of 197 tokens), c = 1 and 2, then writes all rows and the target ratios to FILE atomically.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vmoe import moe  # pylint: disable=g-import-not-at-top
+from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
+from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
+
+BASELINES = ('round_robin', 'dense_mlp')
+# Router settings as in the paper's recipe (noise and balance losses for softmax token choice).
+RECIPE = {'softmax_tc': dict(noise_std=1.0, importance_loss_weight=0.005, load_loss_weight=0.005)}
+
+
+class RoundRobin(moe.Experts):
+  """Token t goes to expert t mod E, slot t div E (tokens past E*C are dropped); weight 1."""
+
+  def __call__(self, x, *, train):
+    num_groups, num_tokens, _ = x.shape
+    capacity = allocation.compute_capacity(num_tokens, self.num_experts, 1)
+    slot_token = jnp.arange(self.num_experts * capacity, dtype=jnp.int32)
+    slot_token = slot_token.reshape(capacity, self.num_experts).T       # (E, C): slot c of e -> c*E+e
+    slot_token = jnp.where(slot_token < num_tokens, slot_token, num_tokens)
+    slot_token = jnp.broadcast_to(slot_token, (num_groups,) + slot_token.shape)
+    weight = jnp.ones(slot_token.shape, jnp.float32)
+    outputs = super().__call__(moe.dispatch_by_index(x, slot_token), train=train)
+    return moe.combine_by_index(outputs, slot_token, weight, num_tokens)
+
+
+class DenseMlp(moe.Experts):
+  """One GELU MLP over all tokens (the Experts module with a single expert)."""
+
+  def __call__(self, x, *, train):
+    return super().__call__(x[None], train=train)[0]
+
+
+def build(args):
+  """Returns (apply(params, x) -> y, params, x) for one benchmark row."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (args.groups, args.group_size, args.dim))
+  mlp_dim = args.mlp_dim or 4 * args.dim
+  if args.router == 'round_robin':
+    module = RoundRobin(args.experts, mlp_dim)
+  elif args.router == 'dense_mlp':
+    module = DenseMlp(1, mlp_dim)
+  else:
+    config = routing.RouterConfig(name=args.router, capacity_factor=args.capacity,
+                                  **RECIPE.get(args.router, {}))
+    # Each benchmark group is one "image" of group_size tokens, so Soft MoE routes the same S.
+    module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=1, dispatch=args.dispatch)
+  params = module.init(jax.random.PRNGKey(1), x, train=False)
+  rngs = {'gating': jax.random.PRNGKey(2)}
+
+  def apply(params, x):
+    out = module.apply(params, x, train=True, rngs=rngs)
+    return out if isinstance(out, jax.Array) else out[0] + 0 * out[1]['aux_loss']
+  return apply, params, x
+
+
+def time_ms(fn, *args, warmup, repeats):
+  """Median wall-clock milliseconds of fn(*args) after `warmup` calls (compilation included)."""
+  for _ in range(warmup):
+    jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append((time.perf_counter() - start) * 1e3)
+  return statistics.median(times)
+
+
+def measure(args) -> dict:
+  apply, params, x = build(args)
+  forward = jax.jit(apply)
+  loss = lambda p, x: jnp.mean(apply(p, x) ** 2)
+  forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  return {
+      'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
+      'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
+      'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts, 'capacity': args.capacity,
+      'forward_ms': round(time_ms(forward, params, x, warmup=args.warmup, repeats=args.repeats), 2),
+      'forward_backward_ms': round(time_ms(forward_backward, params, x, warmup=args.warmup,
+                                           repeats=args.repeats), 2),
+  }
+
+
+def ratios(rows: list) -> list:
+  """Forward+backward ratios behind the issue's targets, per shape and capacity."""
+  out = []
+  key = lambda r: (r['group_size'], r['capacity'])
+  for shape in sorted({key(r) for r in rows}):
+    at = {(r['router'], r['dispatch']): r['forward_backward_ms'] for r in rows if key(r) == shape}
+    dense, floor = at.get(('dense_mlp', 'indices')), at.get(('round_robin', 'indices'))
+    for (name, dispatch), ms in sorted(at.items()):
+      if name in BASELINES or dispatch != 'indices':
+        continue
+      row = {'group_size': shape[0], 'capacity': shape[1], 'router': name,
+             'vs_dense_mlp': round(ms / dense, 3), 'vs_round_robin': round(ms / floor, 3)}
+      if (name, 'einsum') in at:
+        row['einsum_over_indices'] = round(at[(name, 'einsum')] / ms, 3)
+      out.append(row)
+  return out
+
+
+def write_atomic(path: str, payload: dict):
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix='.tmp')
+  with os.fdopen(fd, 'w') as f:
+    json.dump(payload, f, indent=1)
+  os.replace(tmp, path)
+
+
+def run_all(args):
+  rows = []
+  for group_size in (392, 1576):          # The issue's B/32-like and B/16-like group sizes.
+    for capacity in (1, 2):
+      names = list(routing.PAPER_ROUTERS) + list(BASELINES)
+      for name in names:
+        dispatches = ['indices'] + (['einsum'] if name not in BASELINES + ('soft_moe',) else [])
+        for dispatch in dispatches:
+          row_args = argparse.Namespace(**{**vars(args), 'router': name, 'dispatch': dispatch,
+                                           'group_size': group_size, 'capacity': capacity})
+          row = measure(row_args)
+          print(json.dumps(row), flush=True)
+          rows.append(row)
+  write_atomic(args.out, {
+      'machine': {'platform': platform.platform(), 'device': str(jax.devices()[0].device_kind),
+                  'cpu_count': os.cpu_count(), 'jax': jax.__version__},
+      'method': f'median of {args.repeats} calls after {args.warmup} warm-up calls, jitted',
+      'rows': rows, 'ratios': ratios(rows)})
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--router', default='softmax_ec',
+                      help=f'one of {sorted(routing.ROUTERS)} or {list(BASELINES)}')
+  parser.add_argument('--dispatch', default='indices', choices=('indices', 'einsum'))
+  parser.add_argument('--groups', type=int, default=8)
+  parser.add_argument('--group-size', type=int, default=392)
+  parser.add_argument('--dim', type=int, default=768)
+  parser.add_argument('--mlp-dim', type=int, default=0, help='default 4 * dim')
+  parser.add_argument('--experts', type=int, default=32)
+  parser.add_argument('--capacity', type=float, default=1)
+  parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--repeats', type=int, default=5)
+  parser.add_argument('--json', action='store_true', help='print only the JSON line')
+  parser.add_argument('--all', action='store_true', help='the full grid of `make bench`')
+  parser.add_argument('--out', default='bench/results/moe_layer.json')
+  args = parser.parse_args(argv)
+  if args.router not in BASELINES:
+    routing.get_router_spec(args.router)
+  if args.all:
+    run_all(args)
+    return
+  row = measure(args)
+  print(json.dumps(row) if args.json else json.dumps(row, indent=1))
+
+
+if __name__ == '__main__':
+  main()

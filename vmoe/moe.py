@@ -1,0 +1,140 @@
+"""The MoE layer of the paper's unified formulation (eq. minibatch-moe), for every router.
+
+Axis letters: b = image, n = token of an image, g = routing group, s = token of a group,
+d = model dim, f = expert MLP hidden dim, e = expert, c = buffer slot of an expert.
+
+  MoE(X)[t] = sum_{e, c} C[t, e, c] * MLP_e( sum_t' D[t', e, c] X[t'] )
+
+Sparse routers (binary D) are run by index: buffers are gathered from the tokens each slot holds
+and expert outputs are scatter-added back with their combine weights, so no (S, E, C) tensor is
+built. Soft MoE, and the `dispatch='einsum'` reference path, contract the dense tensors instead.
+Buffers are laid out expert-major (E, G, C, D) so that the experts run as one batched matmul and
+an expert-sharded mesh moves tokens with a single all-to-all.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vmoe.routing import allocation
+from vmoe.routing import router as routing
+
+
+def dispatch_by_index(x: jax.Array, slot_token: jax.Array) -> jax.Array:
+  """Gathers expert buffers: x (G, S, D), slot_token (G, E, C) -> (E, G, C, D); empty slots are 0."""
+  group = jnp.arange(x.shape[0])[None, :, None]              # (1, G, 1)
+  token = jnp.transpose(slot_token, (1, 0, 2))                # (E, G, C)
+  return x.at[group, token].get(mode='fill', fill_value=0)
+
+
+def combine_by_index(outputs: jax.Array, slot_token: jax.Array, slot_weight: jax.Array,
+                     num_tokens: int) -> jax.Array:
+  """Scatter-adds weighted expert outputs (E, G, C, D) back to tokens -> (G, S, D)."""
+  num_experts, num_groups, _, dim = outputs.shape
+  group = jnp.arange(num_groups)[None, :, None]
+  token = jnp.transpose(slot_token, (1, 0, 2))                # (E, G, C); S = empty, dropped.
+  weight = jnp.transpose(slot_weight, (1, 0, 2))[..., None].astype(outputs.dtype)
+  out = jnp.zeros((num_groups, num_tokens, dim), outputs.dtype)
+  return out.at[group, token].add(weight * outputs, mode='drop')
+
+
+def dispatch_dense(x: jax.Array, dispatch: jax.Array) -> jax.Array:
+  """Buffers from the dense dispatch tensor: x (G, S, D), dispatch (G, S, E, C) -> (E, G, C, D)."""
+  return jnp.einsum('gsec,gsd->egcd', dispatch.astype(x.dtype), x)
+
+
+def combine_dense(outputs: jax.Array, combine: jax.Array) -> jax.Array:
+  """Outputs (E, G, C, D) combined with the dense combine tensor (G, S, E, C) -> (G, S, D)."""
+  return jnp.einsum('gsec,egcd->gsd', combine.astype(outputs.dtype), outputs)
+
+
+def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
+  """Router health, averaged over groups: dropped-token fraction, experts per token, expert load.
+
+  expert_load[e] is the fraction of expert e's C buffer slots that hold a token (Soft MoE slots
+  always hold a full convex combination of tokens, so its load is 1).
+  """
+  if isinstance(route, routing.SparseRouting):
+    num_groups = route.slot_token.shape[0]
+    group = jnp.arange(num_groups)[:, None, None]
+    count = jnp.zeros((num_groups, num_tokens), jnp.int32).at[group, route.slot_token].add(
+        1, mode='drop')                                       # (G, S) experts processing each token.
+    load = jnp.mean(route.slot_token < num_tokens, axis=(0, 2))
+  else:
+    count = jnp.sum(jnp.any(route.dispatch > 0, axis=-1), axis=-1)   # (G, S)
+    load = jnp.sum(route.dispatch, axis=(0, 1, 3)) / (route.dispatch.shape[0] * capacity)
+  count = count.astype(jnp.float32)
+  return {
+      'dropped_tokens': jnp.mean(count == 0),
+      'experts_per_token_mean': jnp.mean(count),
+      'experts_per_token_min': jnp.min(count),
+      'experts_per_token_max': jnp.max(count),
+      'expert_load': load,
+  }
+
+
+class Experts(nn.Module):
+  """E independent two-layer GELU MLPs with stacked weights, applied to buffers (E, G, C, D)."""
+  num_experts: int
+  mlp_dim: int
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, buffers: jax.Array, *, train: bool) -> jax.Array:
+    dim = buffers.shape[-1]
+    # Each expert is initialised like a ViT MLP (Xavier-uniform kernels, near-zero biases).
+    kernel_init = nn.initializers.xavier_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))
+    bias_init = nn.initializers.normal(stddev=1e-6)
+    wi = self.param('wi', kernel_init, (self.num_experts, dim, self.mlp_dim))
+    bi = self.param('bi', bias_init, (self.num_experts, self.mlp_dim))
+    wo = self.param('wo', kernel_init, (self.num_experts, self.mlp_dim, dim))
+    bo = self.param('bo', bias_init, (self.num_experts, dim))
+    h = jnp.einsum('egcd,edf->egcf', buffers, wi) + bi[:, None, None, :]
+    h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))
+    y = jnp.einsum('egcf,efd->egcd', h, wo) + bo[:, None, None, :]
+    return nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+
+
+class MoeMlp(nn.Module):
+  """Drop-in replacement for a transformer block's MLP: x (B, N, D) -> (y (B, N, D), metrics).
+
+  Sparse routers route groups of `group_size` images (S = group_size * N tokens); Soft MoE routes
+  every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
+  losses, to add to the training loss) and the router health of `routing_metrics`.
+  """
+  num_experts: int
+  mlp_dim: int
+  router: routing.RouterConfig
+  group_size: int
+  dispatch: str = 'indices'      # 'indices' (gather/scatter) or 'einsum' (dense reference path).
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool = False):
+    if self.dispatch not in ('indices', 'einsum'):
+      raise ValueError(f"dispatch must be 'indices' or 'einsum', got {self.dispatch!r}.")
+    batch, tokens_per_image, dim = x.shape
+    images_per_group = 1 if self.router.spec.allocation == 'soft' else self.group_size
+    if images_per_group < 1 or batch % images_per_group:
+      raise ValueError(f'the MoE group size ({images_per_group} images) must divide the batch of '
+                       f'{batch} images per device; change moe.group_size or the batch size.')
+    groups = x.reshape(batch // images_per_group, images_per_group * tokens_per_image, dim)
+    num_tokens = groups.shape[1]
+
+    route, aux_loss = routing.Router(self.router, self.num_experts, name='router')(
+        groups, train=train)
+    experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, name='experts')
+    if isinstance(route, routing.SparseRouting) and self.dispatch == 'indices':
+      outputs = experts(dispatch_by_index(groups, route.slot_token), train=train)
+      y = combine_by_index(outputs, route.slot_token, route.slot_weight, num_tokens)
+    else:
+      dense = route
+      if isinstance(route, routing.SparseRouting):
+        dense = routing.DenseRouting(*jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
+            route.slot_token, route.slot_weight, num_tokens))
+      outputs = experts(dispatch_dense(groups, dense.dispatch), train=train)
+      y = combine_dense(outputs, dense.combine)
+
+    capacity = outputs.shape[2]
+    metrics = routing_metrics(route, num_tokens, capacity)
+    metrics['aux_loss'] = aux_loss
+    return y.reshape(batch, tokens_per_image, dim).astype(x.dtype), metrics

@@ -1,0 +1,136 @@
+"""The MoE layer equals the paper's eq. (minibatch-moe) evaluated with dense routing tensors."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmoe import moe
+from vmoe.routing import affinity
+from vmoe.routing import allocation
+from vmoe.routing import router as routing
+from vmoe.routing import soft
+
+NUM_EXPERTS, MLP_DIM, GROUP_SIZE = 4, 32, 2
+X = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))          # 4 images of 8 tokens, D=16.
+
+
+def dense_routing_tensors(params, group, config):
+  """The paper's (D, C) for one group through the public dense API (not the layer's code path)."""
+  spec = config.spec
+  if spec.allocation == 'soft':
+    return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
+  capacity = config.capacity(group.shape[0], NUM_EXPERTS)
+  logits = group @ params['router']['kernel']
+  probs = affinity.softmax(logits)
+  scores = {'softmax': probs,
+            'sinkhorn': affinity.sinkhorn(logits, num_iters=config.sinkhorn_iters),
+            'sparsity_constrained': affinity.sparsity_constrained(
+                probs, capacity, num_steps=config.sparsity_steps)}[spec.affinity]
+  combine_scores = probs if config.softmax_combine else scores
+  if spec.allocation == 'token_choice':
+    return allocation.token_choice(scores, capacity, int(config.capacity_factor), combine_scores)
+  return allocation.expert_choice(scores, capacity, combine_scores)
+
+
+def reference_moe(variables, x, config):
+  """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
+  params = variables['params']
+  experts = params['experts']
+  images_per_group = 1 if config.spec.allocation == 'soft' else GROUP_SIZE
+  groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
+  outputs = []
+  for group in groups:
+    dispatch, combine = dense_routing_tensors(params, group, config)
+    y = jnp.zeros_like(group)
+    for r in range(NUM_EXPERTS):
+      expert_inputs = dispatch[:, r, :].T @ group                  # (C, D): row c is X^T D[:, r, c].
+      hidden = nn.gelu(expert_inputs @ experts['wi'][r] + experts['bi'][r])
+      y = y + combine[:, r, :] @ (hidden @ experts['wo'][r] + experts['bo'][r])
+    outputs.append(y)
+  return jnp.stack(outputs).reshape(x.shape)
+
+
+def make_layer(config, dispatch='indices'):
+  return moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
+
+
+ROUTER_CASES = [(name, c) for name in sorted(routing.ROUTERS) for c in (1, 2)] + [
+    ('sinkhorn_tc_no_softmax_combine', 1), ('sparsity_ec_no_softmax_combine', 2)]
+
+
+def router_config(case, capacity_factor):
+  name = case.replace('_no_softmax_combine', '')
+  return routing.RouterConfig(name=name, capacity_factor=capacity_factor,
+                              softmax_combine=not case.endswith('_no_softmax_combine'))
+
+
+@pytest.mark.parametrize('case,capacity_factor', ROUTER_CASES)
+def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_factor):
+  config = router_config(case, capacity_factor)
+  layer = make_layer(config)
+  variables = layer.init(jax.random.PRNGKey(1), X)
+  probe = jax.random.normal(jax.random.PRNGKey(2), X.shape)      # A random output cotangent.
+
+  def with_probe(apply):  # One compilation gives the output and the gradients w.r.t. params and x.
+    def loss(v, x):
+      y = apply(v, x)
+      return jnp.sum(y * probe), y
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+
+  (_, y), got = with_probe(lambda v, x: layer.apply(v, x)[0])(variables, X)
+  (_, y_ref), want = with_probe(lambda v, x: reference_moe(v, x, config))(variables, X)
+  np.testing.assert_allclose(y, y_ref, rtol=1e-4, atol=1e-5)
+  for path, g, w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(got),
+                        jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5, err_msg=jax.tree_util.keystr(path[0]))
+  # The router is trained through the combine weights (and Soft MoE's dispatch).
+  router_grads = jax.tree.leaves(got[0]['params']['router'])
+  assert sum(float(jnp.abs(g).sum()) for g in router_grads) > 0
+
+
+@pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_ec'])
+def test_index_and_einsum_paths_agree_in_training_with_noise(name):
+  config = routing.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
+  rngs = {'gating': jax.random.PRNGKey(3)}
+  variables = make_layer(config).init(jax.random.PRNGKey(1), X)
+  by_index = make_layer(config).apply(variables, X, train=True, rngs=rngs)[0]
+  by_einsum = make_layer(config, 'einsum').apply(variables, X, train=True, rngs=rngs)[0]
+  np.testing.assert_allclose(by_index, by_einsum, rtol=1e-5, atol=1e-6)
+
+
+def test_metrics_of_expert_choice_token_choice_and_soft_moe():
+  def metrics(name, capacity_factor):
+    layer = make_layer(routing.RouterConfig(name=name, capacity_factor=capacity_factor))
+    return layer.apply(layer.init(jax.random.PRNGKey(1), X), X)[1]
+  ec = metrics('softmax_ec', 1)
+  # S = 16 tokens, E = 4, C = 4: the 16 slots are all filled, so 1 expert per token on average.
+  np.testing.assert_allclose(ec['expert_load'], np.ones(4))
+  np.testing.assert_allclose(ec['experts_per_token_mean'], 1.0)
+  assert 0 <= float(ec['dropped_tokens']) < 1 and float(ec['experts_per_token_max']) <= 4
+  tc = metrics('softmax_tc', 2)
+  assert float(tc['experts_per_token_max']) <= 2 and (tc['expert_load'] <= 1).all()
+  # Every kept request fills one slot: S * mean experts per token = C * sum of loads (S=16, C=8).
+  np.testing.assert_allclose(16 * tc['experts_per_token_mean'], 8 * tc['expert_load'].sum(),
+                             rtol=1e-6)
+  soft_metrics = metrics('soft_moe', 1)
+  assert float(soft_metrics['dropped_tokens']) == 0.0
+  np.testing.assert_allclose(soft_metrics['experts_per_token_mean'], NUM_EXPERTS)
+  np.testing.assert_allclose(soft_metrics['expert_load'], np.ones(4), rtol=1e-5)
+  assert set(ec) == {'dropped_tokens', 'experts_per_token_mean', 'experts_per_token_min',
+                     'experts_per_token_max', 'expert_load', 'aux_loss'}
+
+
+def test_evaluation_is_deterministic():
+  config = routing.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
+  layer = make_layer(config)
+  variables = layer.init(jax.random.PRNGKey(1), X)
+  a = layer.apply(variables, X, rngs={'gating': jax.random.PRNGKey(0)})[0]
+  b = layer.apply(variables, X, rngs={'gating': jax.random.PRNGKey(1)})[0]
+  np.testing.assert_array_equal(a, b)
+
+
+def test_group_size_must_divide_the_batch():
+  layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, routing.RouterConfig('softmax_ec', 1), group_size=3)
+  with pytest.raises(ValueError, match=r'group size \(3 images\) must divide the batch of 4'):
+    layer.init(jax.random.PRNGKey(0), X)

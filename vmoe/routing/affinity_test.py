@@ -1,0 +1,111 @@
+"""Tests of the softmax, Sinkhorn and sparsity-constrained affinities."""
+import hypothesis
+from hypothesis import strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmoe.routing import affinity
+
+# Jitted with static sizes so hypothesis examples of one shape share a compilation.
+sinkhorn = jax.jit(affinity.sinkhorn, static_argnums=(1,))
+sparsity_constrained = jax.jit(affinity.sparsity_constrained, static_argnums=(1, 2))
+
+
+def random_logits(seed, num_tokens, num_experts, scale):
+  return scale * jax.random.normal(jax.random.PRNGKey(seed), (num_tokens, num_experts))
+
+
+def test_softmax_rows_sum_to_one():
+  probs = affinity.softmax(random_logits(0, 7, 3, 2.0))
+  np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_sinkhorn_two_by_two_closed_form():
+  # With T = E = 2 both marginals are 1, so Pi = [[p, 1-p], [1-p, p]], and Pi_ij ∝ exp(L_ij) u_i v_j
+  # gives p^2 / (1-p)^2 = exp(L00 + L11 - L01 - L10) = e^2, i.e. p = sigmoid(1) = 0.731059.
+  plan = affinity.sinkhorn(jnp.array([[2.0, 0.0], [0.0, 0.0]]), num_iters=100)
+  np.testing.assert_allclose(plan, [[0.731059, 0.268941], [0.268941, 0.731059]], atol=1e-5)
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(st.integers(0, 10**6), st.sampled_from([(2, 2), (13, 4), (40, 8)]),
+                  st.floats(0.0, 2.0))
+def test_sinkhorn_marginals(seed, shape, scale):
+  num_tokens, num_experts = shape
+  plan = sinkhorn(random_logits(seed, num_tokens, num_experts, scale), 100)
+  assert (plan > 0).all()
+  np.testing.assert_allclose(plan.sum(axis=1), 1.0, atol=1e-5)                 # Rows: exact.
+  np.testing.assert_allclose(plan.sum(axis=0), num_tokens / num_experts, rtol=2e-3)  # Columns.
+
+
+def test_sinkhorn_is_invariant_to_row_and_column_shifts():
+  # Adding a constant to a row or a column of the cost does not change the OT plan.
+  logits = random_logits(1, 12, 4, 1.0)
+  shifted = logits + jnp.arange(12.0)[:, None] - 2.0 * jnp.arange(4.0)[None, :]
+  np.testing.assert_allclose(affinity.sinkhorn(logits, 50), affinity.sinkhorn(shifted, 50),
+                             atol=1e-5)
+
+
+def test_sinkhorn_is_differentiable_for_the_ablation():
+  # Without the softmax-combine trick the combine weights are plan entries: gradients must exist.
+  logits = random_logits(2, 8, 4, 1.0)
+  grad = jax.grad(lambda l: affinity.sinkhorn(l, 10)[0, 0])(logits)
+  assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
+
+
+def test_sparse_simplex_projection_hand_worked():
+  # z = [3, 1, 0.5], mass 1, k = 2: keep [3, 1]; the simplex threshold is tau = 3 - 1 = 2 (only the
+  # first entry stays positive), so the values are [1, 0].
+  values, index = affinity._sparse_simplex_projection(jnp.array([[3.0, 1.0, 0.5]]), 1.0, 2)
+  np.testing.assert_allclose(values, [[1.0, 0.0]])
+  np.testing.assert_array_equal(index, [[0, 1]])
+  # z = [0.6, 0.5, 0.1], mass 1, k = 2: tau = (0.6 + 0.5 - 1) / 2 = 0.05 -> [0.55, 0.45].
+  values, index = affinity._sparse_simplex_projection(jnp.array([[0.1, 0.6, 0.5]]), 1.0, 2)
+  np.testing.assert_allclose(values, [[0.55, 0.45]], atol=1e-6)
+  np.testing.assert_array_equal(index, [[1, 2]])
+
+
+@hypothesis.settings(max_examples=15, deadline=None)
+@hypothesis.given(st.integers(0, 10**6), st.sampled_from([(32, 4, 8), (40, 8, 10)]),
+                  st.floats(0.1, 3.0))
+def test_sparsity_constrained_invariants(seed, shape, scale):
+  num_tokens, num_experts, capacity = shape        # c = 1 and c = 2.
+  scores = jax.nn.softmax(random_logits(seed, num_tokens, num_experts, scale))
+  plan = sparsity_constrained(scores, capacity, 20)
+  assert (plan >= 0).all()
+  assert ((plan > 0).sum(axis=0) <= capacity).all()                           # <= C per column.
+  np.testing.assert_allclose(plan.sum(axis=0), num_tokens / num_experts, rtol=1e-5)  # Exact.
+  # Rows approach 1 (they cannot all reach it; the paper's solver is approximate too).
+  assert float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1))) < 0.3
+
+
+def test_sparsity_constrained_solver_balances_tokens():
+  # With 0 steps the plan's support is plain expert choice on the scores; the semi-dual steps move
+  # it towards the row constraint, so fewer tokens end up in no expert at all.
+  scores = jax.nn.softmax(random_logits(3, 392, 32, 1.0))
+  row_error = lambda plan: float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1)))
+  dropped = lambda plan: float(jnp.mean((plan > 0).sum(axis=1) == 0))
+  start = affinity.sparsity_constrained(scores, 12, num_steps=0)
+  solved = affinity.sparsity_constrained(scores, 12, num_steps=20)
+  top = jax.lax.top_k(scores.T, 12)[1]
+  np.testing.assert_array_equal(jnp.sort(jax.lax.top_k(start.T, 12)[1], 1), jnp.sort(top, 1))
+  assert row_error(solved) < 0.5 * row_error(start)
+  assert dropped(solved) < 0.5 * dropped(start)
+
+
+def test_sparsity_constrained_gradient_is_finite():
+  scores = jax.nn.softmax(random_logits(4, 16, 4, 1.0))
+  grad = jax.grad(lambda s: jnp.sum(affinity.sparsity_constrained(s, 4) ** 2))(scores)
+  assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
+
+
+def test_affinity_errors():
+  scores = jnp.ones((8, 2)) / 2
+  with pytest.raises(ValueError, match='num_iters >= 1'):
+    affinity.sinkhorn(scores, num_iters=0)
+  with pytest.raises(ValueError, match=r'1 <= capacity <= T=8'):
+    affinity.sparsity_constrained(scores, capacity=9)
+  with pytest.raises(ValueError, match='num_steps >= 0'):
+    affinity.sparsity_constrained(scores, capacity=2, num_steps=-1)

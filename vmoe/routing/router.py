@@ -1,0 +1,184 @@
+"""Routers: a registry composing an affinity with an allocation, or Soft MoE.
+
+Axis letters: g = routing group, s = token within a group (T = S in the paper's notation),
+d = model dim, e = expert, c = buffer slot.
+
+A router maps a batch of token groups X (G, S, D) to routing tensors. Sparse routers return them in
+index form (`SparseRouting`: the token held by every buffer slot and its combine weight); Soft MoE
+returns dense tensors (`DenseRouting`). The maths lives in pure functions (affinity.py,
+allocation.py, soft.py, losses.py); the `Router` module only owns the parameters and the noise.
+"""
+import dataclasses
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vmoe.routing import affinity
+from vmoe.routing import allocation
+from vmoe.routing import losses
+from vmoe.routing import soft
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterSpec:
+  """Which affinity feeds which allocation; affinity is None for Soft MoE."""
+  affinity: str | None
+  allocation: str
+
+
+# The paper's six routers, plus sparsity_tc: any affinity composes with any allocation.
+ROUTERS = {
+    'softmax_tc': RouterSpec('softmax', 'token_choice'),
+    'sinkhorn_tc': RouterSpec('sinkhorn', 'token_choice'),
+    'sparsity_tc': RouterSpec('sparsity_constrained', 'token_choice'),
+    'softmax_ec': RouterSpec('softmax', 'expert_choice'),
+    'sinkhorn_ec': RouterSpec('sinkhorn', 'expert_choice'),
+    'sparsity_ec': RouterSpec('sparsity_constrained', 'expert_choice'),
+    'soft_moe': RouterSpec(None, 'soft'),
+}
+PAPER_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+
+
+def get_router_spec(name: str) -> RouterSpec:
+  """Looks a router up by name; an unknown name fails listing the valid ones."""
+  if name not in ROUTERS:
+    raise ValueError(f'unknown router {name!r}; valid routers: {", ".join(sorted(ROUTERS))}.')
+  return ROUTERS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterConfig:
+  """Everything that defines a router; built from `config.moe.router` (`RouterConfig(**cfg)`).
+
+  capacity_factor is c for expert choice and Soft MoE, and k (experts per token, an integer) for
+  token choice; the buffer capacity is C = round(c * T / E) (allocation.compute_capacity).
+  noise_std is relative: the Gaussian noise added to the logits in training has std noise_std / E.
+  softmax_combine: sparse routers whose affinity is not softmax dispatch with it but combine with
+  softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
+  """
+  name: str
+  capacity_factor: float
+  softmax_combine: bool = True
+  noise_std: float = 0.0
+  importance_loss_weight: float = 0.0
+  load_loss_weight: float = 0.0
+  sinkhorn_iters: int = 20
+  sparsity_steps: int = 20
+
+  def __post_init__(self):
+    spec = get_router_spec(self.name)
+    if self.capacity_factor <= 0:
+      raise ValueError(f'router {self.name}: capacity factor must be > 0, got {self.capacity_factor}.')
+    if spec.allocation == 'token_choice' and int(self.capacity_factor) != self.capacity_factor:
+      raise ValueError(f'router {self.name}: token choice uses capacity_factor as k, the number of '
+                       f'experts per token, which must be an integer; got {self.capacity_factor}.')
+    if self.noise_std < 0 or self.importance_loss_weight < 0 or self.load_loss_weight < 0:
+      raise ValueError(f'router {self.name}: noise_std and loss weights must be >= 0.')
+    if self.load_loss_weight > 0 and (spec.allocation != 'token_choice' or self.noise_std <= 0):
+      raise ValueError(f'router {self.name}: the load loss is defined for token choice with router '
+                       'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
+    if self.sinkhorn_iters < 1 or self.sparsity_steps < 0:
+      raise ValueError('sinkhorn_iters must be >= 1 and sparsity_steps >= 0.')
+
+  @property
+  def spec(self) -> RouterSpec:
+    return ROUTERS[self.name]
+
+  def capacity(self, num_tokens: int, num_experts: int) -> int:
+    """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens."""
+    if self.spec.allocation == 'token_choice' and self.capacity_factor > num_experts:
+      raise ValueError(f'router {self.name}: k={int(self.capacity_factor)} experts per token but '
+                       f'only E={num_experts} experts exist; lower k.')
+    return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor)
+
+
+class SparseRouting(NamedTuple):
+  """Index-form routing tensors of G groups: slot_token (G, E, C) int32 (S = empty slot) and
+  slot_weight (G, E, C), the combine weight of the slot's token (0 for empty slots)."""
+  slot_token: jax.Array
+  slot_weight: jax.Array
+
+
+class DenseRouting(NamedTuple):
+  """The paper's dense routing tensors of G groups, each (G, S, E, C)."""
+  dispatch: jax.Array
+  combine: jax.Array
+
+
+def _affinity_scores(name, logits, probs, capacity, config):
+  if name == 'softmax':
+    return probs
+  if name == 'sinkhorn':
+    return affinity.sinkhorn(logits, config.sinkhorn_iters)
+  if name == 'sparsity_constrained':  # The paper's utility is softmax(X W).
+    return affinity.sparsity_constrained(probs, capacity, config.sparsity_steps)
+  raise ValueError(f'unknown affinity {name!r}; valid: softmax, sinkhorn, sparsity_constrained.')
+
+
+def _allocate(name, scores, capacity, config):
+  if name == 'token_choice':
+    return allocation.token_choice_slots(scores, capacity, int(config.capacity_factor))
+  if name == 'expert_choice':
+    return allocation.expert_choice_slots(scores, capacity)
+  raise ValueError(f'unknown allocation {name!r}; valid: token_choice, expert_choice.')
+
+
+def route_group(logits: jax.Array, config: RouterConfig, capacity: int):
+  """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight), each (E, C).
+
+  The affinity picks the dispatch (a discrete choice: no gradient flows through it); the combine
+  weights are softmax(logits) at the dispatched positions, or the affinity itself when
+  softmax_combine is off, and carry the router's gradient.
+  """
+  spec = config.spec
+  probs = affinity.softmax(logits)
+  scores = _affinity_scores(spec.affinity, logits, probs, capacity, config)
+  slot_token = _allocate(spec.allocation, jax.lax.stop_gradient(scores), capacity, config)
+  combine_scores = probs if config.softmax_combine else scores
+  return slot_token, allocation.slot_weights(slot_token, combine_scores)
+
+
+def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
+  """Weighted importance + load losses (Appendix A), averaged over groups; logits (G, S, E)."""
+  total = jnp.zeros((), jnp.float32)
+  if config.importance_loss_weight > 0:
+    gates = jax.nn.softmax(noisy_logits, axis=-1)
+    total += config.importance_loss_weight * jnp.mean(jax.vmap(losses.importance_loss)(gates))
+  if config.load_loss_weight > 0:
+    std = config.noise_std / logits.shape[-1]
+    k = int(config.capacity_factor)
+    per_group = jax.vmap(lambda l, n: losses.load_loss(l, n, std, k))(logits, noisy_logits)
+    total += config.load_loss_weight * jnp.mean(per_group)
+  return total
+
+
+class Router(nn.Module):
+  """Owns the router parameters (W (D, E), or Soft MoE's Phi (D, E, C) and scale) and the noise.
+
+  Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, aux_loss). Training noise
+  draws from the 'gating' RNG stream.
+  """
+  config: RouterConfig
+  num_experts: int
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool):
+    _, num_tokens, dim = x.shape
+    capacity = self.config.capacity(num_tokens, self.num_experts)
+    if self.config.spec.allocation == 'soft':
+      phi = self.param('phi', nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
+                       (dim, self.num_experts, capacity))
+      scale = self.param('scale', nn.initializers.ones, ())
+      dispatch, combine = jax.vmap(soft.soft_routing, in_axes=(0, None, None))(x, phi, scale)
+      return DenseRouting(dispatch, combine), jnp.zeros((), jnp.float32)
+
+    kernel = self.param('kernel', nn.initializers.lecun_normal(), (dim, self.num_experts))
+    logits = jnp.einsum('gsd,de->gse', x.astype(jnp.float32), kernel)
+    noisy_logits = logits
+    if train and self.config.noise_std > 0:
+      std = self.config.noise_std / self.num_experts
+      noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
+    slot_token, slot_weight = jax.vmap(lambda l: route_group(l, self.config, capacity))(noisy_logits)
+    return SparseRouting(slot_token, slot_weight), auxiliary_loss(logits, noisy_logits, self.config)
