@@ -36,4 +36,4 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) bench/moe_layer.py --all --out bench/results/moe_layer.json
+	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
