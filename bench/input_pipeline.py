@@ -1,0 +1,132 @@
+"""Images per second of the training input pipeline at 224 px (a benchmark, not a test).
+
+  .venv/bin/python bench/input_pipeline.py --out bench/results/input_pipeline.json
+
+Writes an ImageNet-21k archive of random JPEGs of ImageNet-like size (default 300 images of
+320..500 x 320..500 px; upsampled noise plus grain at quality 90, about 100 kB each, near
+ImageNet's average JPEG of about 110 kB, so decoding costs about what photos cost) into a
+temporary directory, builds it with the ImageNet-21k TFDS builder (array_record), and times
+data.pipeline.make_train_iterator with V-MoE's ImageNet-21k training pp
+  decode|inception_crop(224)|flip_lr|randaug(2, 20)|value_range(-1, 1)|onehot(21843)|keep(...)
+and the same without randaug. Each configuration: warm-up batches (tracing, thread pools), then
+the median images/second over timed windows of several batches. Prints one JSON line and writes
+all numbers atomically to --out. The numbers depend on the host's free cores: compare them with
+the training step's images/second to know whether input or model bounds a step.
+"""
+import argparse
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ml_collections  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+from data import imagenet21k  # pylint: disable=g-import-not-at-top
+from data import pipeline  # pylint: disable=g-import-not-at-top
+from vmoe import atomic  # pylint: disable=g-import-not-at-top
+
+NUM_CLASSES = 21_843       # V-MoE's ImageNet-21k head.
+SYNSETS = 10
+
+
+def photo_like_jpeg(rng: np.random.Generator, min_side: int, max_side: int) -> bytes:
+  """A JPEG of random size: noise upsampled 4x plus +-20 grain, which compresses to about the
+  size of a photo of that size (white noise would be 3x larger, flat colour 10x smaller)."""
+  height, width = rng.integers(min_side, max_side + 1, size=2)
+  coarse = rng.integers(0, 256, (height // 4 + 1, width // 4 + 1, 3), dtype=np.uint8)
+  image = Image.fromarray(coarse).resize((int(width), int(height)), Image.BILINEAR)
+  pixels = np.asarray(image, np.int16) + rng.integers(-20, 21, (height, width, 3))
+  buffer = io.BytesIO()
+  Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buffer, format='JPEG',
+                                                                   quality=90)
+  return buffer.getvalue()
+
+
+def make_dataset(directory: str, args) -> tuple[ml_collections.ConfigDict, dict]:
+  """Writes and builds the archive; returns the data config and the images' statistics."""
+  rng = np.random.default_rng(0)
+  images = {f'n{s:08d}': [] for s in range(SYNSETS)}
+  sizes = []
+  for i in range(args.images):
+    data = photo_like_jpeg(rng, args.min_side, args.max_side)
+    sizes.append(len(data))
+    synset = f'n{i % SYNSETS:08d}'
+    images[synset].append((f'{synset}_{i}.JPEG', data))
+  manual_dir = os.path.join(directory, 'manual')
+  os.makedirs(manual_dir)
+  imagenet21k.write_archive(os.path.join(manual_dir, 'fall11_whole.tar'), images)
+  builder = imagenet21k.Imagenet21k(config='fall11', data_dir=os.path.join(directory, 'tfds'),
+                                    file_format='array_record')
+  builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  config = ml_collections.ConfigDict({
+      'name': 'imagenet21k/fall11', 'train_split': 'full', 'eval_split': 'full',
+      'pp_train': '', 'pp_eval': '', 'num_classes': NUM_CLASSES, 'shuffle_buffer': args.images,
+      'cache': False, 'data_dir': builder.data_dir.split('/imagenet21k/')[0],
+      'manual_dir': manual_dir, 'files': None, 'file_format': None})
+  return config, {'num_images': args.images, 'mean_jpeg_kb': round(np.mean(sizes) / 1e3, 1),
+                  'side_px': [args.min_side, args.max_side]}
+
+
+def images_per_second(config, pp: str, args) -> dict:
+  """Median (and all) images/second over timed windows after warm-up."""
+  config = ml_collections.ConfigDict({**config.to_dict(), 'pp_train': pp})
+  iterator = pipeline.make_train_iterator(config, batch_size=args.batch_size, seed=0)
+  for _ in range(args.warmup):
+    next(iterator)
+  rates = []
+  for _ in range(args.windows):
+    start = time.perf_counter()
+    for _ in range(args.window_batches):
+      batch = next(iterator)
+    rates.append(args.window_batches * args.batch_size / (time.perf_counter() - start))
+  assert batch['image'].shape == (args.batch_size, args.size, args.size, 3)
+  return {'pp': pp, 'images_per_second': round(statistics.median(rates), 1),
+          'windows': [round(r, 1) for r in rates]}
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--images', type=int, default=300)
+  parser.add_argument('--min-side', type=int, default=320)
+  parser.add_argument('--max-side', type=int, default=500)
+  parser.add_argument('--size', type=int, default=224, help='crop size (pixels)')
+  parser.add_argument('--batch-size', type=int, default=64)
+  parser.add_argument('--warmup', type=int, default=2, help='batches before timing')
+  parser.add_argument('--windows', type=int, default=5)
+  parser.add_argument('--window-batches', type=int, default=5)
+  parser.add_argument('--out', default='bench/results/input_pipeline.json')
+  args = parser.parse_args(argv)
+  tail = f'value_range(-1, 1)|onehot({NUM_CLASSES})|keep("image", "labels")'
+  pps = {'randaug': f'decode|inception_crop({args.size})|flip_lr|randaug(2, 20)|{tail}',
+         'no_randaug': f'decode|inception_crop({args.size})|flip_lr|{tail}'}
+  with tempfile.TemporaryDirectory() as directory:
+    config, images = make_dataset(directory, args)
+    rows = {name: images_per_second(config, pp, args) for name, pp in pps.items()}
+  result = {
+      'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
+      'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
+      'method': f'median over {args.windows} windows of {args.window_batches} batches after '
+                f'{args.warmup} warm-up batches; tf.data AUTOTUNE parallelism',
+      'machine': {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
+                  'tensorflow': tf.__version__,
+                  'note': 'shared machine: other jobs may use the cores while timing'},
+  }
+  print(json.dumps({'benchmark': 'input_pipeline', **result['images_per_second'],
+                    'batch_size': args.batch_size, 'size': args.size}), flush=True)
+  atomic.write_json(args.out, result)
+  return result
+
+
+if __name__ == '__main__':
+  main()

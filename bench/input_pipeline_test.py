@@ -1,0 +1,18 @@
+"""The input benchmark runs end to end on a few small images (no timing assertions)."""
+import json
+
+from bench import input_pipeline
+
+
+def test_tiny_run_writes_its_result(tmp_path, capsys):
+  out = tmp_path / 'result.json'
+  input_pipeline.main(['--images', '12', '--min-side', '40', '--max-side', '60', '--size', '32',
+                       '--batch-size', '4', '--warmup', '1', '--windows', '2',
+                       '--window-batches', '1', '--out', str(out)])
+  line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert line['benchmark'] == 'input_pipeline' and line['randaug'] > 0 and line['no_randaug'] > 0
+  saved = json.loads(out.read_text())
+  assert saved['images']['num_images'] == 12
+  assert len(saved['rows']['randaug']['windows']) == 2
+  assert 'randaug(2, 20)' in saved['rows']['randaug']['pp']
+  assert 'randaug' not in saved['rows']['no_randaug']['pp']

@@ -1,0 +1,149 @@
+"""TFDS builder for ImageNet-21k from its official archive (TFDS has no public builder for it).
+
+Releases (builder configs), each one archive in the manual_dir:
+  fall11    fall11_whole.tar       (1.3 TB) 21,841 synsets, 14,197,122 images; ViT and V-MoE's data
+  winter21  winter21_whole.tar.gz  (1.1 TB) 19,167 synsets (the faces-blurred, cleaned release
+                                   image-net.org distributes today)
+Both hold one tar per synset, `nXXXXXXXX.tar` (WordNet id; any directory prefix is accepted),
+each holding that synset's JPEGs (`nXXXXXXXX_N.JPEG`). The archive is streamed: nothing is
+extracted to disk. Labels are the synset ids in sorted order (label i = i-th smallest id); the
+names are stored with the dataset (ClassLabel names). Listing the synsets costs a first pass: for
+the uncompressed fall11 tar it only seeks from header to header (minutes); for winter21's tar.gz it
+decompresses the archive once (about an hour), before the pass that writes the examples.
+
+One split, 'full', in TFDS's stored order (examples are shuffled by key hash when written). V-MoE
+holds out its first 102,400 images for validation; the pipeline's split aliases name them:
+  holdout              = full[:102400]
+  train_minus_holdout  = full[102400:]
+Features: 'image' (JPEG bytes, decoded by the pp op `decode`), 'label', 'file_name'.
+
+Build (after the archive is in MANUAL_DIR):
+  cd /work/main && .venv/bin/python -m data.prepare build imagenet21k/fall11 \
+      --manual_dir=MANUAL_DIR --data_dir=DATA_DIR
+TFDS writes the examples to temporary buckets before shuffling them: DATA_DIR needs about twice the
+archive's size free while building.
+"""
+import io
+import os
+import re
+import tarfile
+
+from absl import logging
+import tensorflow_datasets as tfds
+
+from data import builder_base
+
+HOLDOUT_SIZE = 102_400   # V-MoE/ViT: the first 102,400 training images are the validation set.
+SPLIT_ALIASES = {
+    'holdout': f'full[:{HOLDOUT_SIZE}]',
+    'train_minus_holdout': f'full[{HOLDOUT_SIZE}:]',
+}
+DOWNLOAD_PAGE = 'https://image-net.org/download-images.php'
+_SYNSET_TAR = re.compile(r'(?:.*/)?(n\d{8})\.tar')
+
+
+class Imagenet21kConfig(tfds.core.BuilderConfig):
+  """One release: the archive's file name and its published number of synsets."""
+
+  def __init__(self, *, archive: str, num_synsets: int, **kwargs):
+    super().__init__(version=tfds.core.Version('1.0.0'), **kwargs)
+    self.archive = archive
+    self.num_synsets = num_synsets
+
+
+RELEASES = (
+    Imagenet21kConfig(name='fall11', archive='fall11_whole.tar', num_synsets=21_841,
+                      description='Fall 2011 release (ViT, V-MoE).'),
+    Imagenet21kConfig(name='winter21', archive='winter21_whole.tar.gz', num_synsets=19_167,
+                      description='Winter 2021 release.'),
+)
+
+
+def synset_tars(outer: tarfile.TarFile):
+  """Yields (synset id, member) for the per-synset tars of an opened outer archive."""
+  for member in outer:
+    match = _SYNSET_TAR.fullmatch(member.name)
+    if match and member.isfile():
+      yield match.group(1), member
+
+
+def list_synsets(path: str) -> list[str]:
+  """Sorted synset ids in the archive (seeks over a .tar; decompresses a .tar.gz once)."""
+  with tarfile.open(path, 'r:*') as outer:
+    synsets = sorted({synset for synset, _ in synset_tars(outer)})
+  if not synsets:
+    raise ValueError(f'{path} holds no nXXXXXXXX.tar members; is it the ImageNet-21k "whole" '
+                     f'archive from {DOWNLOAD_PAGE}?')
+  return synsets
+
+
+def stream_images(path: str):
+  """Yields (synset, file name, bytes) for every file of every synset tar, reading `path` once."""
+  with tarfile.open(path, 'r|*') as outer:
+    for synset, member in synset_tars(outer):
+      with tarfile.open(fileobj=outer.extractfile(member), mode='r|') as inner:
+        for image in inner:
+          if image.isfile():
+            yield synset, os.path.basename(image.name), inner.extractfile(image).read()
+
+
+def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+  info = tarfile.TarInfo(name)
+  info.size = len(data)
+  archive.addfile(info, io.BytesIO(data))
+
+
+def write_archive(path: str, images: dict, prefix: str = '', extra: dict | None = None) -> None:
+  """Writes an archive in the release layout (for tests and benchmarks; gzipped if path ends in
+  .gz): for each synset of images = {synset: [(file name, bytes), ...]}, a member
+  prefix + synset + '.tar' holding those files; `extra` = {name: bytes} adds other members."""
+  with tarfile.open(path, 'w:gz' if path.endswith('.gz') else 'w') as outer:
+    for synset, files in images.items():
+      inner_bytes = io.BytesIO()
+      with tarfile.open(fileobj=inner_bytes, mode='w') as inner:
+        for name, data in files:
+          _add(inner, name, data)
+      _add(outer, f'{prefix}{synset}.tar', inner_bytes.getvalue())
+    for name, data in (extra or {}).items():
+      _add(outer, prefix + name, data)
+
+
+class Imagenet21k(builder_base.LocalBuilder):
+  """ImageNet-21k (Deng et al. 2009; Ridnik et al. 2021) from the official whole archive."""
+
+  BUILDER_CONFIGS = list(RELEASES)
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      f'Register at {DOWNLOAD_PAGE} and download the ImageNet-21k "whole" archive: '
+      'fall11_whole.tar (Fall 2011, 21,841 synsets) or winter21_whole.tar.gz (Winter 2021, 19,167 '
+      'synsets). Put it, unextracted, in the manual_dir.')
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=('ImageNet-21k; labels are the sorted WordNet synset ids of the archive. '
+                     f'V-MoE validation: full[:{HOLDOUT_SIZE}].'),
+        features=tfds.features.FeaturesDict({
+            'image': tfds.features.Image(encoding_format='jpeg'),
+            'label': tfds.features.ClassLabel(),      # Names set from the archive listing.
+            'file_name': tfds.features.Text(),
+        }),
+        supervised_keys=('image', 'label'),
+        homepage='https://image-net.org/')
+
+  def _split_generators(self, dl_manager):
+    path = os.path.join(os.fspath(dl_manager.manual_dir), self.builder_config.archive)
+    if not os.path.exists(path):
+      raise FileNotFoundError(f'{path} not found. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}')
+    synsets = list_synsets(path)
+    if len(synsets) != self.builder_config.num_synsets:
+      logging.warning('%s holds %d synsets; the %s release has %d. Labels are this archive\'s '
+                      'sorted synsets.', path, len(synsets), self.builder_config.name,
+                      self.builder_config.num_synsets)
+    self.info.features['label'].names = synsets
+    return {'full': self._generate_examples(path, synsets)}
+
+  def _generate_examples(self, path, synsets):
+    label = {synset: i for i, synset in enumerate(synsets)}
+    for synset, file_name, data in stream_images(path):
+      # File names (nXXXXXXXX_N.JPEG) are unique across the release: the key.
+      yield file_name, {'image': data, 'label': label[synset], 'file_name': file_name}

@@ -1,0 +1,86 @@
+"""Tests of the ImageNet-21k builder on small archives in the real on-disk layout."""
+import os
+
+import numpy as np
+import pytest
+from data import imagenet21k
+from data import pipeline
+from data import prepare
+from data import sources
+from data.testdata import data_config
+from data.testdata import jpeg
+
+# Listed out of order on purpose: labels must follow the sorted ids.
+SYNSETS = {'n00000300': 3, 'n00000100': 2, 'n00000200': 4}   # synset -> images
+
+
+def write_archive(path: str, prefix: str = '', corrupt: str = '') -> None:
+  """SYNSETS' tiny JPEGs in the release layout, plus a README; `corrupt` names a file whose
+  bytes are no image."""
+  images = {synset: [(f'{synset}_{i}.JPEG',
+                      b'\xff\xd8 broken' if f'{synset}_{i}.JPEG' == corrupt
+                      else jpeg(10 * s + i, (9, 7))) for i in range(count)]
+            for s, (synset, count) in enumerate(SYNSETS.items())}
+  imagenet21k.write_archive(path, images, prefix, extra={'README.txt': b'not a synset'})
+
+
+def test_listing_sorts_synsets_and_skips_other_files(tmp_path):
+  path = str(tmp_path / 'fall11_whole.tar')
+  write_archive(path)
+  assert imagenet21k.list_synsets(path) == sorted(SYNSETS)
+  streamed = list(imagenet21k.stream_images(path))
+  assert len(streamed) == sum(SYNSETS.values())
+  assert streamed[0][:2] == ('n00000300', 'n00000300_0.JPEG')
+
+
+@pytest.mark.parametrize('release,prefix', [('fall11', ''), ('winter21', 'winter21_whole/')])
+def test_build_and_read(tmp_path, release, prefix):
+  manual = tmp_path / 'manual'
+  manual.mkdir()
+  archive = dict((r.name, r.archive) for r in imagenet21k.RELEASES)[release]
+  write_archive(str(manual / archive), prefix, corrupt='n00000200_1.JPEG')
+  config = data_config(name=f'imagenet21k/{release}', data_dir=str(tmp_path / 'tfds'),
+                       manual_dir=str(manual), train_split='full[3:]',
+                       eval_split='full[:3]', num_classes=3)
+  # Not built yet: the error gives the build command and says the archive is there.
+  with pytest.raises(FileNotFoundError) as error:
+    sources.check_available(config)
+  assert f'{archive}: found' in str(error.value)
+  assert f'python -m data.prepare build imagenet21k/{release} --manual' in str(error.value)
+
+  prepare.main(['build', config.name, '--manual_dir', str(manual), '--data_dir', config.data_dir])
+  sources.check_available(config)
+  builder = imagenet21k.Imagenet21k(config=release, data_dir=config.data_dir)
+  assert builder.info.features['label'].names == sorted(SYNSETS)
+  assert builder.info.splits['full'].num_examples == 9
+  # The aliases resolve to V-MoE's slices, which TFDS refuses on 9 images (its slices must fit).
+  for alias, bound in (('holdout', ':102400'), ('train_minus_holdout', '102400:')):
+    with pytest.raises(ValueError, match=rf'{alias}.*\[{bound}.* incompatible with 9'):
+      sources.open_split(config, alias)
+
+  batch = next(pipeline.make_eval_iterator(config, 'full', batch_size=9,
+                                           pp='keep("label", "file_name")'))
+  assert batch['mask'].sum() == 9
+  for label, name in zip(batch['label'], batch['file_name']):
+    assert sorted(SYNSETS)[label] == name.decode()[:9]   # Label = rank of the synset id.
+  # Decoding: the corrupt JPEG is reported by file name, not skipped.
+  pp = 'decode|resize(4)|keep("image", "label")'
+  with pytest.raises(pipeline.CorruptRecordError,
+                     match=r"imagenet21k-full.array_record-00000-of-00001 record \d \(file_name "
+                           r"'n00000200_1.JPEG'\) .*Unknown image file format"):
+    list(pipeline.make_eval_iterator(config, 'full', batch_size=4, pp=pp))
+
+
+def test_archive_without_synsets_fails(tmp_path):
+  path = str(tmp_path / 'fall11_whole.tar')
+  imagenet21k.write_archive(path, {}, extra={'photo.jpg': jpeg(0)})
+  with pytest.raises(ValueError, match='no nXXXXXXXX.tar members'):
+    imagenet21k.list_synsets(path)
+
+
+def test_holdout_aliases_are_vmoe_s():
+  assert imagenet21k.SPLIT_ALIASES == {'holdout': 'full[:102400]',
+                                       'train_minus_holdout': 'full[102400:]'}
+  assert [r.num_synsets for r in imagenet21k.RELEASES] == [21_841, 19_167]
+  assert not os.path.basename(imagenet21k.RELEASES[1].archive).endswith('.tar')  # tar.gz
+  assert np.all(np.diff([int(s[1:]) for s in sorted(SYNSETS)]) > 0)

@@ -1,0 +1,310 @@
+"""Preprocessing: a '|'-joined string of registered ops acting on example dicts (BV pp style).
+
+  decode|inception_crop(224)|flip_lr|randaug(2, 20)|value_range(-1, 1)|onehot(21843)|
+  keep("image", "labels")   (one line in a config)
+
+Each op is `name` or `name(args)` with Python literal arguments; `build(pp)` turns the string into
+steps and `apply(steps, example, seed)` runs them. Unknown ops fail listing the valid ones.
+
+Images. Sources hand over encoded bytes under 'image'; `decode(channels)` turns them into uint8
+(H, W, channels). Every image op after it keeps uint8 (resizing rounds and clips), so RandAugment
+sees the 0..255 pixels it is defined on; `value_range` is the step to float32.
+Channels: the channel count is whatever `decode(channels=...)` asked for, and every op works for 1
+(grayscale: Fashion-MNIST, digits) or 3 (RGB). decode(channels=1) converts colour images to
+grayscale, decode(channels=3) replicates a grayscale image; the colour ops of RandAugment (Color,
+Contrast) use the image itself as its grayscale when it has one channel.
+
+Randomness. Random ops (inception_crop, flip_lr, randaug) take a stateless seed: `apply` gives the
+i-th op of the string `fold_in(example_seed, i)`, and the pipeline derives the example seed from the
+run seed and the example's position in the stream, so a preprocessed example depends only on
+(seed, position), whatever the parallelism, and a resumed run reproduces it.
+
+Labels. onehot(n) maps the int 'label' to a float32 one-hot 'labels'; multi_hot(n) maps the int
+list 'labels' (multilabel_records) to a float32 multi-hot 'labels'. Out-of-range ids fail.
+"""
+import ast
+import inspect
+from typing import Callable, NamedTuple
+
+import tensorflow as tf
+
+from data import randaug as randaug_lib
+
+
+class Step(NamedTuple):
+  """One parsed op: its text, name and function, whether it is random, its place in the string."""
+  spec: str
+  name: str
+  fn: Callable
+  random: bool
+  index: int
+
+
+def build(pp: str) -> list[Step]:
+  """Parses a pp string into steps; unknown names and bad arguments fail with what to change."""
+  if not isinstance(pp, str) or not pp.strip():
+    raise ValueError(f'empty preprocessing string {pp!r}; give ops joined by "|", e.g. '
+                     '"decode|value_range(-1, 1)|onehot(10)|keep(\'image\', \'labels\')".')
+  return [_parse_op(spec.strip(), pp, i) for i, spec in enumerate(pp.split('|'))]
+
+
+def apply(steps: list[Step], example: dict, seed: tf.Tensor) -> dict:
+  """Runs `steps` on `example`; the random op at place i of the pp string gets the stateless seed
+  fold_in(seed, i) (so running a tail of the steps, after a cached head, changes no seed)."""
+  for step in steps:
+    if step.random:
+      example = step.fn(example, tf.random.experimental.stateless_fold_in(seed, step.index))
+    else:
+      example = step.fn(example)
+  return example
+
+
+def _parse_op(spec: str, pp: str, index: int) -> Step:
+  """'name' or 'name(literal args)' -> Step."""
+  try:
+    node = ast.parse(spec, mode='eval').body
+  except SyntaxError:
+    node = None
+  if isinstance(node, ast.Name):
+    name, args, kwargs = node.id, [], {}
+  elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+    name = node.func.id
+    try:
+      args = [ast.literal_eval(a) for a in node.args]
+      kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    except ValueError:
+      raise ValueError(f'pp op {spec!r} in {pp!r}: arguments must be Python literals '
+                       '(numbers, quoted strings, tuples).') from None
+  else:
+    raise ValueError(f'cannot parse pp op {spec!r} in {pp!r}; write name or name(args), '
+                     'e.g. inception_crop(224).')
+  if name not in OPS:
+    raise ValueError(f'unknown pp op {name!r} in {pp!r}; valid: {", ".join(sorted(OPS))}.')
+  factory, random = OPS[name]
+  try:
+    fn = factory(*args, **kwargs)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'pp op {spec!r}: {e}; signature: '
+                     f'{name}{inspect.signature(factory)}.') from None
+  return Step(spec, name, fn, random, index)
+
+
+# ---------------------------------------------------------------------------------------------
+# Image ops.
+
+
+def _image(example: dict, op: str) -> tf.Tensor:
+  """The decoded image, or an error saying to decode first."""
+  if 'image' not in example:
+    raise ValueError(f'pp op {op} needs an "image"; the example has {sorted(example)}.')
+  image = example['image']
+  if image.dtype == tf.string:
+    raise ValueError(f'pp op {op} got an encoded image (bytes); start the pp string with '
+                     f'decode, e.g. "decode|{op}...".')
+  return image
+
+
+def _with_image(example: dict, image: tf.Tensor) -> dict:
+  return {**example, 'image': image}
+
+
+def _pair(size, op: str) -> tuple[int, int]:
+  """An int or (height, width) -> (height, width) of positive ints."""
+  pair = (size, size) if isinstance(size, int) else tuple(size)
+  if len(pair) != 2 or not all(isinstance(s, int) and s > 0 for s in pair):
+    raise ValueError(f'{op}: size must be a positive int or (height, width), got {size!r}')
+  return pair
+
+
+def _resize(image: tf.Tensor, size, method: str, antialias: bool) -> tf.Tensor:
+  """tf.image.resize that keeps the dtype: uint8 results are rounded and clipped to 0..255."""
+  resized = tf.image.resize(image, size, method=method, antialias=antialias)
+  if image.dtype == tf.uint8:
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+  return tf.cast(resized, image.dtype)
+
+
+def decode(channels: int = 3):
+  """Encoded image bytes (JPEG, PNG, GIF, BMP, WebP) -> uint8 (H, W, channels); channels 1 or 3."""
+  if channels not in (1, 3):
+    raise ValueError(f'decode: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}')
+
+  def op(example):
+    if 'image' not in example:
+      raise ValueError(f'pp op decode needs an "image"; the example has {sorted(example)}.')
+    if example['image'].dtype != tf.string:
+      raise ValueError('pp op decode got an already decoded image; remove the second decode.')
+    # expand_animations=False: a GIF gives its first frame, so every image is rank 3.
+    image = tf.io.decode_image(example['image'], channels=channels, expand_animations=False)
+    return _with_image(example, image)
+  return op
+
+
+def resize(size, method: str = 'bilinear', antialias: bool = False):
+  """Resizes to exactly `size` (int or (height, width)), ignoring the aspect ratio."""
+  size = _pair(size, 'resize')
+
+  def op(example):
+    return _with_image(example, _resize(_image(example, 'resize'), size, method, antialias))
+  return op
+
+
+def resize_small(smaller_size: int, method: str = 'bilinear', antialias: bool = False):
+  """Resizes so the shorter side is `smaller_size`, keeping the aspect ratio (V-MoE eval)."""
+  _pair(smaller_size, 'resize_small')
+
+  def op(example):
+    image = _image(example, 'resize_small')
+    hw = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = smaller_size / tf.reduce_min(hw)
+    size = tf.cast(tf.round(hw * scale), tf.int32)
+    return _with_image(example, _resize(image, size, method, antialias))
+  return op
+
+
+def central_crop(size):
+  """Crops the central `size` (int or (height, width)); fails if the image is smaller."""
+  crop_h, crop_w = _pair(size, 'central_crop')
+
+  def op(example):
+    image = _image(example, 'central_crop')
+    h, w = tf.shape(image)[0], tf.shape(image)[1]
+    tf.debugging.assert_greater_equal(
+        [h, w], [crop_h, crop_w],
+        message=f'central_crop({size}): image smaller than the crop; resize first')
+    top, left = (h - crop_h) // 2, (w - crop_w) // 2
+    return _with_image(example, image[top:top + crop_h, left:left + crop_w])
+  return op
+
+
+def inception_crop(size, area_min: float = 5, area_max: float = 100):
+  """Random crop of area_min..area_max % of the image, aspect 3/4..4/3, resized to `size`.
+
+  The Inception crop (Szegedy et al. 2015) with big_vision's default area range 5-100%.
+  """
+  size = _pair(size, 'inception_crop')
+  if not 0 < area_min <= area_max <= 100:
+    raise ValueError(f'inception_crop: need 0 < area_min <= area_max <= 100, got '
+                     f'{area_min}, {area_max}')
+
+  def op(example, seed):
+    image = _image(example, 'inception_crop')
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4]), seed=seed,
+        area_range=(area_min / 100, area_max / 100), aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=10)
+    crop = tf.slice(image, begin, crop_size)
+    crop.set_shape([None, None, image.shape[-1]])   # tf.slice forgets the channel count.
+    return _with_image(example, _resize(crop, size, 'bilinear', False))
+  return op
+
+
+def flip_lr():
+  """Flips left-right with probability 1/2."""
+
+  def op(example, seed):
+    image = _image(example, 'flip_lr')
+    return _with_image(example, tf.image.stateless_random_flip_left_right(image, seed))
+  return op
+
+
+def randaug(num_layers: int = 2, magnitude: float = 15):
+  """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py."""
+  if not isinstance(num_layers, int) or num_layers < 0 or magnitude < 0:
+    raise ValueError(f'randaug: need an int num_layers >= 0 and magnitude >= 0, got '
+                     f'{num_layers}, {magnitude}')
+
+  def op(example, seed):
+    image = _image(example, 'randaug')
+    return _with_image(example, randaug_lib.distort(image, seed, num_layers, float(magnitude)))
+  return op
+
+
+def value_range(vmin: float = -1, vmax: float = 1, in_min: float = 0, in_max: float = 255,
+                clip_values: bool = False):
+  """Maps pixel values in_min..in_max linearly to vmin..vmax as float32."""
+  if in_max <= in_min:
+    raise ValueError(f'value_range: need in_max > in_min, got {in_min}, {in_max}')
+
+  def op(example):
+    image = tf.cast(_image(example, 'value_range'), tf.float32)
+    image = vmin + (image - in_min) * ((vmax - vmin) / (in_max - in_min))
+    if clip_values:
+      image = tf.clip_by_value(image, min(vmin, vmax), max(vmin, vmax))
+    return _with_image(example, image)
+  return op
+
+
+# ---------------------------------------------------------------------------------------------
+# Label and key ops.
+
+
+def _check_ids(ids: tf.Tensor, depth: int, op: str):
+  """Fails (at run time) if a class id is outside [0, depth)."""
+  tf.debugging.assert_non_negative(ids, message=f'{op}: negative class id')
+  tf.debugging.assert_less(ids, tf.cast(depth, ids.dtype),
+                           message=f'{op}: class id >= {depth}; raise the number of classes')
+
+
+def _label(example: dict, key: str, op: str) -> tf.Tensor:
+  if key not in example:
+    raise ValueError(f'pp op {op}: no key {key!r}; the example has {sorted(example)}.')
+  return example[key]
+
+
+def onehot(depth: int, key: str = 'label', key_result: str = 'labels', on: float = 1.0,
+           off: float = 0.0):
+  """The int class id under `key` -> float32 one-hot (depth,) under `key_result`."""
+  if not isinstance(depth, int) or depth < 1:
+    raise ValueError(f'onehot: depth must be a positive int, got {depth!r}')
+
+  def op(example):
+    label = _label(example, key, 'onehot')
+    if label.shape.rank != 0:
+      raise ValueError(f'pp op onehot: {key!r} holds a list of ids; use multi_hot({depth}).')
+    _check_ids(label, depth, 'onehot')
+    return {**example, key_result: tf.one_hot(label, depth, on_value=on, off_value=off)}
+  return op
+
+
+def multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
+  """The list of int class ids under `key` -> float32 multi-hot (depth,) under `key_result`."""
+  if not isinstance(depth, int) or depth < 1:
+    raise ValueError(f'multi_hot: depth must be a positive int, got {depth!r}')
+
+  def op(example):
+    ids = tf.reshape(_label(example, key, 'multi_hot'), [-1])
+    _check_ids(ids, depth, 'multi_hot')
+    # An empty list gives all zeros.
+    hits = tf.math.unsorted_segment_max(tf.ones_like(ids, tf.float32), ids, depth)
+    return {**example, key_result: tf.maximum(hits, 0.0)}
+  return op
+
+
+def keep(*keys: str):
+  """Keeps only `keys`; a missing key fails naming the keys present."""
+  if not keys:
+    raise ValueError('keep: name at least one key')
+
+  def op(example):
+    missing = [k for k in keys if k not in example]
+    if missing:
+      raise ValueError(f'pp op keep: no key {missing}; the example has {sorted(example)}.')
+    return {k: example[k] for k in keys}
+  return op
+
+
+# name -> (factory, random). Random ops receive a stateless seed besides the example.
+OPS = {
+    'decode': (decode, False),
+    'resize': (resize, False),
+    'resize_small': (resize_small, False),
+    'central_crop': (central_crop, False),
+    'inception_crop': (inception_crop, True),
+    'flip_lr': (flip_lr, True),
+    'randaug': (randaug, True),
+    'value_range': (value_range, False),
+    'onehot': (onehot, False),
+    'multi_hot': (multi_hot, False),
+    'keep': (keep, False),
+}

@@ -1,0 +1,214 @@
+"""Tests of the iterators: resume equality, sharding, padding, few-shot sampling, bad records."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from data import pipeline
+from data.testdata import data_config
+from data.testdata import write_multilabel
+
+AUGMENT = ('decode(channels=1)|inception_crop(8)|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
+           'onehot(10)|keep("image", "labels")')
+MULTILABEL_PP = 'decode|resize(4)|value_range(0, 1)|multi_hot(8)|keep("image", "labels", "key")'
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_same_batches(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert sorted(x) == sorted(y)
+    for key in x:
+      np.testing.assert_array_equal(x[key], y[key])
+
+
+@pytest.fixture(scope='module')
+def multilabel(tmp_path_factory):
+  """A data config over 41 multi-label TFRecords (train) and 10 (val) with 8 classes."""
+  directory = tmp_path_factory.mktemp('records')
+  write_multilabel(directory, 'train', 41, 'tfrecord', num_files=3)
+  write_multilabel(directory, 'val', 10, 'tfrecord', num_files=1)
+  return data_config(name='multilabel_records', files=str(directory / '{split}-*.tfrecord'),
+                     file_format='tfrecord', num_classes=8, train_split='train',
+                     eval_split='val', pp_train=MULTILABEL_PP, pp_eval=MULTILABEL_PP,
+                     shuffle_buffer=1000)
+
+
+@pytest.mark.parametrize('shuffle_buffer,pp', [(1000, AUGMENT),   # Full permutation.
+                                               (50, AUGMENT.replace('randaug(2, 20)|', ''))])
+def test_resume_gives_exactly_the_next_batches(digits_dir, shuffle_buffer, pp):
+  # 1000 train digits, batches of 64: batches 14..17 cross the end of epoch 0 (15.6 batches).
+  config = data_config(data_dir=digits_dir, pp_train=pp, shuffle_buffer=shuffle_buffer)
+  uninterrupted = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  take(uninterrupted, 14)
+  state = uninterrupted.get_state()
+  assert json.loads(json.dumps(state)) == state and state['batches'] == 14
+  expected = take(uninterrupted, 4)
+  resumed = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  resumed.set_state(state)
+  assert_same_batches(take(resumed, 4), expected)
+  assert expected[0]['image'].shape == (64, 8, 8, 1) and expected[0]['labels'].shape == (64, 10)
+  assert expected[0]['image'].dtype == np.float32 and expected[0]['labels'].dtype == np.float32
+
+
+def test_epochs_are_reshuffled_and_cover_the_data(multilabel):
+  # 41 records, batches of 41: batch e is exactly epoch e.
+  iterator = pipeline.make_train_iterator(multilabel, batch_size=41, seed=0)
+  epochs = [list(b['key']) for b in take(iterator, 3)]
+  assert all(sorted(e) == sorted(epochs[0]) and len(set(e)) == 41 for e in epochs)
+  assert epochs[0] != epochs[1] != epochs[2]
+  other_seed = pipeline.make_train_iterator(multilabel, batch_size=41, seed=1)
+  assert list(next(other_seed)['key']) != epochs[0]
+  # shuffle_buffer=1 keeps the stored order.
+  multilabel = data_config(**{**multilabel.to_dict(), 'shuffle_buffer': 1})
+  stored = next(pipeline.make_train_iterator(multilabel, batch_size=41, seed=0))['key']
+  assert list(stored) == [f'img{i}'.encode() for i in range(41)]
+
+
+def test_multi_hot_batches(multilabel):
+  batch = next(pipeline.make_train_iterator(multilabel, batch_size=8, seed=0))
+  assert batch['image'].shape == (8, 4, 4, 3) and batch['labels'].shape == (8, 8)
+  # Record i has labels {i % 5, 5 + i % 3}: two ones per row.
+  for key, labels in zip(batch['key'], batch['labels']):
+    i = int(key[3:])
+    assert np.flatnonzero(labels).tolist() == [i % 5, 5 + i % 3]
+
+
+def test_train_shards_are_disjoint_and_cover_the_split(multilabel):
+  # 41 records over 2 hosts: shards of 20 and 21; batch 8 -> 4 per host.
+  seen = []
+  for host in range(2):
+    iterator = pipeline.make_train_iterator(multilabel, batch_size=8, seed=0, process_index=host,
+                                            process_count=2)
+    keys = [k for b in take(iterator, 5) for k in b['key']]
+    assert len(keys) == 20
+    seen.append(keys[:20 + host] if host == 0 else keys)
+  host0 = set(seen[0])
+  more = pipeline.make_train_iterator(multilabel, batch_size=8, seed=0, process_index=1,
+                                      process_count=2)
+  host1 = {k for b in take(more, 6) for k in b['key'][:21]}
+  assert len(host0) == 20 and host0.isdisjoint(host1)
+  assert host0 | host1 == {f'img{i}'.encode() for i in range(41)}
+
+
+def test_eval_covers_each_example_once_across_hosts(multilabel):
+  # 41 records, 2 hosts, batch 8 (4 per host): every host yields ceil(ceil(41/2)/4) = 6 batches.
+  counted = []
+  for host in range(2):
+    batches = list(pipeline.make_eval_iterator(multilabel, 'train', batch_size=8,
+                                               process_index=host, process_count=2))
+    assert len(batches) == 6
+    assert all(b['mask'].dtype == np.float32 and b['mask'].shape == (4,) for b in batches)
+    counted += [k for b in batches for k, m in zip(b['key'], b['mask']) if m == 1]
+  assert sorted(counted) == sorted(f'img{i}'.encode() for i in range(41))
+
+
+def test_eval_pads_the_last_batch(digits_dir):
+  config = data_config(data_dir=digits_dir)
+  batches = list(pipeline.make_eval_iterator(config, 'test', batch_size=100))
+  # 797 = 7 * 100 + 97.
+  assert len(batches) == 8 and [b['mask'].sum() for b in batches][-2:] == [100, 97]
+  assert batches[-1]['image'].shape == (100, 8, 8, 1)
+  with pytest.raises(ValueError, match='does not split over 3 processes'):
+    pipeline.make_eval_iterator(config, 'test', batch_size=100, process_count=3)
+  with pytest.raises(ValueError, match='does not split over 3 processes'):
+    pipeline.make_train_iterator(config, batch_size=64, seed=0, process_count=3)
+
+
+def test_cache_gives_the_same_batches(digits_dir):
+  config = data_config(data_dir=digits_dir, pp_train=AUGMENT.replace('randaug(2, 20)|', ''))
+  plain = take(pipeline.make_train_iterator(config, batch_size=32, seed=5), 3)
+  config.cache = True
+  cached = take(pipeline.make_train_iterator(config, batch_size=32, seed=5), 3)
+  assert_same_batches(plain, cached)
+
+
+def test_state_of_another_run_is_refused(digits_dir):
+  config = data_config(data_dir=digits_dir)
+  state = pipeline.make_train_iterator(config, batch_size=32, seed=0).get_state()
+  other = pipeline.make_train_iterator(config, batch_size=64, seed=0)
+  with pytest.raises(ValueError, match='batch_size=32 but this run has 64'):
+    other.set_state(state)
+
+
+def test_fewshot_draws_exact_counts_deterministically(digits_dir):
+  config = data_config(data_dir=digits_dir)
+  pp = 'decode(channels=1)|resize(28)|value_range(-1, 1)|keep("image", "label")'
+
+  def subset(seed):
+    batches = list(pipeline.fewshot_batches(config, 'train', shots=10, seed=seed, pp=pp,
+                                            batch_size=32))
+    # 100 examples: 3 full batches and 4 real in the last (32 * 4 = 128).
+    assert len(batches) == 4 and sum(b['mask'].sum() for b in batches) == 100
+    assert batches[0]['image'].shape == (32, 28, 28, 1)
+    real = [(b['image'][m > 0], b['label'][m > 0]) for b in batches for m in [b['mask']]]
+    return np.concatenate([r[0] for r in real]), np.concatenate([r[1] for r in real])
+
+  images, labels = subset(0)
+  assert np.bincount(labels).tolist() == [10] * 10
+  again, _ = subset(0)
+  other, _ = subset(1)
+  np.testing.assert_array_equal(images, again)
+  assert not np.array_equal(images, other)
+  counts = np.bincount(pipeline.split_labels(config, 'train'))
+  assert counts.sum() == 1000 and counts.max() < 200
+  with pytest.raises(ValueError, match=rf"class {counts.argmin()} has {counts.min()} examples in sklearn_digits "
+                                       r"split 'train', fewer than shots=200"):
+    pipeline.fewshot_batches(config, 'train', shots=200, seed=0, pp=pp, batch_size=32)
+
+
+def test_fewshot_needs_single_label(multilabel):
+  with pytest.raises(ValueError, match='is multi-label'):
+    pipeline.fewshot_batches(multilabel, 'val', shots=1, seed=0, pp=MULTILABEL_PP, batch_size=4)
+
+
+@pytest.mark.parametrize('file_format', ['tfrecord', 'array_record'])
+def test_corrupt_record_is_reported_with_its_source(tmp_path, file_format):
+  pattern = write_multilabel(tmp_path, 'bad', 12, file_format, num_files=2, corrupt={8})
+  config = data_config(name='multilabel_records', files=pattern, file_format=file_format,
+                       train_split='all', eval_split='all', pp_train=MULTILABEL_PP,
+                       pp_eval=MULTILABEL_PP, num_classes=8)
+  # Record 8 is the 3rd of the second file (6 records per file).
+  where = rf"bad-00001.{file_format} record 2 \(key 'img8'\)"
+  with pytest.raises(pipeline.CorruptRecordError, match=where + '.*Unknown image file format'):
+    take(pipeline.make_train_iterator(config, batch_size=12, seed=0), 1)
+  with pytest.raises(pipeline.CorruptRecordError, match=where):
+    list(pipeline.make_eval_iterator(config, 'all', batch_size=4))
+
+
+def test_imagenet2012_mock_data(tmp_path):
+  config = data_config(
+      name='imagenet2012', data_dir=str(tmp_path), num_classes=1000, train_split='train',
+      eval_split='validation',
+      pp_train=('decode|inception_crop(16)|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
+                'onehot(1000)|keep("image", "labels")'),
+      pp_eval=('decode|resize_small(18)|central_crop(16)|value_range(-1, 1)|onehot(1000)|'
+               'keep("image", "labels")'))
+  with tfds.testing.mock_data(num_examples=24):
+    train = pipeline.make_train_iterator(config, batch_size=8, seed=0)
+    batch = next(train)
+    assert batch['image'].shape == (8, 16, 16, 3) and batch['labels'].shape == (8, 1000)
+    np.testing.assert_array_equal(batch['labels'].sum(1), np.ones(8))
+    state = train.get_state()
+    expected = next(train)
+    resumed = pipeline.make_train_iterator(config, batch_size=8, seed=0)
+    resumed.set_state(state)
+    assert_same_batches([next(resumed)], [expected])
+    batches = list(pipeline.make_eval_iterator(config, 'validation', batch_size=16))
+    assert [b['mask'].sum() for b in batches] == [16, 8]
+    assert batches[0]['image'].shape == (16, 16, 16, 3)
+
+
+def test_label_index_is_saved_and_reused(tmp_path):
+  config = data_config(data_dir=str(tmp_path))
+  labels = pipeline.split_labels(config, 'test[:100]')
+  index = tmp_path / 'sklearn_digits' / '1.0.0' / 'labels-test__100_.npy'   # [ and : replaced
+  np.testing.assert_array_equal(np.load(index), labels)
+  # A later process reads the file: stand in for it by clearing the memo and editing the file.
+  pipeline._labels.cache_clear()
+  np.save(index, np.full(100, 7))
+  assert set(pipeline.split_labels(config, 'test[:100]')) == {7}

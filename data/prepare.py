@@ -1,0 +1,101 @@
+"""One-time data preparation: build a TFDS data set, or add array_record files to one.
+
+  cd /work/main
+  .venv/bin/python -m data.prepare build imagenet2012 --manual_dir=DIR [--data_dir=DIR]
+  .venv/bin/python -m data.prepare build imagenet21k/fall11 --manual_dir=DIR [--data_dir=DIR]
+  .venv/bin/python -m data.prepare convert DATA_DIR/imagenet2012/5.1.0
+
+build: prepares a source of data/sources.py in the array_record format the pipeline reads by
+  random access (fashion_mnist and digits prepare themselves on first use).
+convert: writes an array_record copy of every TFRecord shard of a data set already prepared in
+  the TFRecord format (TFDS's default) and records the new format in its dataset_info.json, so
+  an existing ImageNet need not be rebuilt from the archives. Needs as much free space again.
+TFDS's own `tfds build` and `tfds convert_format` do the same, but that CLI imports apache_beam,
+which this project does not install.
+"""
+import argparse
+import os
+
+from absl import logging
+from array_record.python import array_record_module
+import ml_collections
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from data import sources
+
+
+def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
+  """Prepares source `name` from the archives in manual_dir; returns the data set's directory."""
+  source, release = sources.get_source(name)
+  if not isinstance(source, sources.TfdsSource):
+    raise ValueError(f'{name} is read directly from its files; there is nothing to build.')
+  config = ml_collections.ConfigDict({'name': name, 'data_dir': data_dir,
+                                      'manual_dir': manual_dir})
+  builder = source.make_builder(config, release, file_format=sources.ARRAY_RECORD)
+  try:
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  except ModuleNotFoundError as e:
+    if e.name != 'importlib_resources':
+      raise
+    # TFDS 4.9.10 imports it for builders inside its package (imagenet2012) but only declares it
+    # for Python < 3.9; see data/builder_base.py.
+    raise ModuleNotFoundError(
+        f'Building {name} with TFDS needs the package importlib_resources: '
+        '.venv/bin/pip install importlib_resources (requirements.txt should pin it).') from e
+  return builder.data_dir
+
+
+def convert(dataset_version_dir: str) -> int:
+  """Adds array_record shards beside the TFRecord shards of a prepared data set.
+
+  Returns the number of shards written (existing array_record shards are kept, so an
+  interrupted conversion resumes).
+  """
+  builder = tfds.builder_from_directory(dataset_version_dir)
+  info = builder.info
+  written = 0
+  for split in info.splits.values():
+    source = split.filename_template
+    target = source.replace(filetype_suffix=sources.ARRAY_RECORD.file_suffix)
+    for shard in range(split.num_shards):
+      out_path = os.fspath(target.sharded_filepath(shard_index=shard, num_shards=split.num_shards))
+      if os.path.exists(out_path):
+        continue
+      in_path = os.fspath(source.sharded_filepath(shard_index=shard, num_shards=split.num_shards))
+      tmp_path = out_path + '.incomplete'
+      # group_size:1: every record addressable on its own (what TFDS writes for random access).
+      writer = array_record_module.ArrayRecordWriter(tmp_path, 'group_size:1')
+      for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
+        writer.write(record)
+      writer.close()
+      os.replace(tmp_path, out_path)
+      written += 1
+      logging.info('Wrote %s', out_path)
+  if sources.ARRAY_RECORD not in info.available_file_formats():
+    info.add_alternative_file_format(sources.ARRAY_RECORD)
+    info.write_to_directory(dataset_version_dir)
+  return written
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  commands = parser.add_subparsers(dest='command', required=True)
+  build_parser = commands.add_parser('build', help='prepare a source from its archives')
+  build_parser.add_argument('name', help=f'one of {", ".join(sorted(sources.SOURCES))} '
+                            '(imagenet21k/fall11 or /winter21)')
+  build_parser.add_argument('--manual_dir', default=None, help='directory holding the archives')
+  build_parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS\'s)')
+  convert_parser = commands.add_parser('convert', help='add array_record files to a data set')
+  convert_parser.add_argument('dataset_version_dir', help='e.g. DATA_DIR/imagenet2012/5.1.0')
+  args = parser.parse_args(argv)
+  if args.command == 'build':
+    print(f'Prepared {args.name} in {build(args.name, args.manual_dir, args.data_dir)}.')
+  else:
+    print(f'Wrote {convert(args.dataset_version_dir)} array_record shards in '
+          f'{args.dataset_version_dir}.')
+
+
+if __name__ == '__main__':
+  main()

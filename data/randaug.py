@@ -1,0 +1,278 @@
+"""RandAugment (Cubuk et al. 2020, arXiv:1909.13719) on uint8 (H, W, C) images, C = 1 or 3.
+
+Each of `num_layers` layers picks one of the 16 ops below uniformly and applies it with a
+probability drawn from U(0.2, 0.8), the variant of the TPU EfficientNet reference that ViT and
+V-MoE train with ("randaug(2, 20)" in V-MoE's ImageNet-21k config). A magnitude is a level on the
+reference's 0..10 scale and is not clipped: magnitude 20 doubles each op's level-10 strength (60
+degree rotations, 0.6 shear, enhancement factors up to 3.7), and makes Posterize (8 bits) and
+Solarize (threshold 512) no-ops, as in the reference.
+
+Level -> argument (the reference's formulas, level = magnitude / 10):
+  Rotate           30 * level degrees, random sign
+  ShearX, ShearY   0.3 * level, random sign
+  TranslateX, Y    100 px * level at 224 px, scaled to the image size, random sign
+  Color, Contrast, Brightness, Sharpness   enhancement factor 1.8 * level + 0.1
+  Posterize        keep int(4 * level) bits
+  Solarize         invert pixels >= int(256 * level)
+  SolarizeAdd      add int(110 * level) to pixels < 128
+  Cutout           grey square of half-side 40 px * level at 224 px, scaled to the image size
+  AutoContrast, Equalize, Invert: no argument.
+Geometric ops and Cutout fill uncovered pixels with grey 128 (the reference's replace value);
+geometric ops sample nearest pixels. Scaling the pixel constants with the image size (the reference
+uses 100 and 40 px whatever the size) keeps the ops meaningful on 28 px images and equals the
+reference at 224 px.
+"""
+import math
+
+import tensorflow as tf
+
+MAX_LEVEL = 10.0
+FILL = 128
+REFERENCE_SIZE = 224.0   # The pixel constants below are the reference's at this image size.
+TRANSLATE_PX = 100.0
+CUTOUT_PX = 40.0
+# ITU-R 601 luma weights, as tf.image.rgb_to_grayscale and PIL use.
+LUMA = (0.2989, 0.5870, 0.1140)
+
+
+def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float) -> tf.Tensor:
+  """Applies `num_layers` random RandAugment ops of strength `magnitude` to a uint8 image."""
+  if image.dtype != tf.uint8:
+    raise ValueError(f'randaug works on uint8 images (0..255), got {image.dtype.name}; put it '
+                     'before value_range in the pp string.')
+  if image.shape.rank != 3 or image.shape[-1] not in (1, 3):
+    raise ValueError(f'randaug needs (H, W, 1) or (H, W, 3) images with a known channel count, '
+                     f'got shape {image.shape}; decode with decode(channels=1) or (channels=3).')
+  if num_layers == 0:
+    return image
+  level = magnitude / MAX_LEVEL
+  layer_seeds = tf.random.experimental.stateless_split(seed, num_layers)
+
+  def layer(i, image):
+    choice_seed, prob_seed, coin_seed, op_seed = tf.unstack(
+        tf.random.experimental.stateless_split(layer_seeds[i], 4))
+    choice = tf.random.stateless_uniform([], choice_seed, 0, len(OPS), tf.int32)
+    prob = tf.random.stateless_uniform([], prob_seed, 0.2, 0.8)
+    applied = tf.random.stateless_uniform([], coin_seed) < prob
+    branches = [_branch(fn, image, level, op_seed) for fn in OPS.values()]
+    return i + 1, tf.cond(applied, lambda: tf.switch_case(choice, branches), lambda: image)
+
+  # A loop, not a Python for: the 16 branches are traced once, not once per layer.
+  _, image = tf.while_loop(lambda i, _: i < num_layers, layer, (tf.constant(0), image))
+  return image
+
+
+def _branch(fn, image, level, seed):
+  shape = image.shape
+  return lambda: tf.ensure_shape(fn(image, level, seed), shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers.
+
+
+def _to_uint8(x: tf.Tensor) -> tf.Tensor:
+  """Clips a float image to 0..255 and truncates to uint8 (as the reference's blend does)."""
+  return tf.cast(tf.clip_by_value(x, 0.0, 255.0), tf.uint8)
+
+
+def _blend(degenerate: tf.Tensor, image: tf.Tensor, factor: float) -> tf.Tensor:
+  """degenerate + factor * (image - degenerate): 0 gives degenerate, 1 the image, >1 more."""
+  degenerate = tf.cast(degenerate, tf.float32)
+  return _to_uint8(degenerate + factor * (tf.cast(image, tf.float32) - degenerate))
+
+
+def _grayscale(image: tf.Tensor) -> tf.Tensor:
+  """Float luma, broadcast back to the image's channels (a 1-channel image is its own luma)."""
+  image = tf.cast(image, tf.float32)
+  if image.shape[-1] == 1:
+    return image
+  luma = tf.reduce_sum(image * tf.constant(LUMA), axis=-1, keepdims=True)
+  return tf.broadcast_to(luma, tf.shape(image))
+
+
+def _random_sign(value: float, seed: tf.Tensor) -> tf.Tensor:
+  return tf.where(tf.random.stateless_uniform([], seed) < 0.5, -value, value)
+
+
+def _transform(image: tf.Tensor, transform) -> tf.Tensor:
+  """Projective transform [a0 a1 a2 b0 b1 b2 0 0]: output (x, y) samples input
+  ((a0 x + a1 y + a2), (b0 x + b1 y + b2)); uncovered pixels get FILL."""
+  transform = tf.cast(tf.reshape(tf.stack(transform), [1, 8]), tf.float32)
+  out = tf.raw_ops.ImageProjectiveTransformV3(
+      images=image[None], transforms=transform, output_shape=tf.shape(image)[:2],
+      fill_value=float(FILL), interpolation='NEAREST', fill_mode='CONSTANT')
+  return out[0]
+
+
+def _size(image: tf.Tensor, axis: int) -> tf.Tensor:
+  return tf.cast(tf.shape(image)[axis], tf.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The 16 ops: (image uint8, level, seed) -> image uint8 of the same shape.
+
+
+def auto_contrast(image, level, seed):
+  """Stretches each channel's min..max to 0..255 (channels with min == max are kept)."""
+  del level, seed
+  x = tf.cast(image, tf.float32)
+  lo = tf.reduce_min(x, axis=[0, 1], keepdims=True)
+  hi = tf.reduce_max(x, axis=[0, 1], keepdims=True)
+  scale = 255.0 / tf.maximum(hi - lo, 1.0)
+  return tf.where(hi > lo, _to_uint8((x - lo) * scale), image)
+
+
+def _equalize_channel(channel: tf.Tensor) -> tf.Tensor:
+  """PIL's ImageOps.equalize on one uint8 channel (H, W)."""
+  hist = tf.math.bincount(tf.cast(channel, tf.int32), minlength=256, maxlength=256)
+  nonzero = tf.boolean_mask(hist, hist > 0)
+  # PIL: step = (pixels - count of the last occupied value) // 255;
+  # lut[i] = (step // 2 + cdf[i - 1]) // step.
+  step = (tf.reduce_sum(nonzero) - nonzero[-1]) // 255
+  safe_step = tf.maximum(step, 1)
+  cdf_before = tf.concat([[0], tf.cumsum(hist)[:-1]], axis=0)
+  lut = tf.clip_by_value((cdf_before + safe_step // 2) // safe_step, 0, 255)
+  equalized = tf.cast(tf.gather(lut, tf.cast(channel, tf.int32)), tf.uint8)
+  return tf.where(step > 0, equalized, channel)
+
+
+def equalize(image, level, seed):
+  """Histogram equalisation of each channel."""
+  del level, seed
+  return tf.stack([_equalize_channel(image[..., c]) for c in range(image.shape[-1])], axis=-1)
+
+
+def invert(image, level, seed):
+  del level, seed
+  return 255 - image
+
+
+def rotate(image, level, seed):
+  """Rotation about the centre by 30 * level degrees, random sign."""
+  angle = _random_sign(30.0 * level, seed) * (math.pi / 180.0)
+  cos, sin = tf.cos(angle), tf.sin(angle)
+  w, h = _size(image, 1) - 1, _size(image, 0) - 1
+  # Output (x, y) samples input R(angle) (x - c) + c, c the centre ((w/2, h/2) here in 0-based px).
+  x_offset = (w - (cos * w - sin * h)) / 2
+  y_offset = (h - (sin * w + cos * h)) / 2
+  return _transform(image, [cos, -sin, x_offset, sin, cos, y_offset, 0.0, 0.0])
+
+
+def posterize(image, level, seed):
+  """Keeps the int(4 * level) most significant bits of each pixel."""
+  del seed
+  shift = 8 - int(4 * level)
+  if shift <= 0:
+    return image
+  if shift >= 8:
+    return tf.zeros_like(image)
+  return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
+
+
+def solarize(image, level, seed):
+  """Inverts pixels >= int(256 * level)."""
+  del seed
+  threshold = int(256 * level)
+  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+
+
+def solarize_add(image, level, seed):
+  """Adds int(110 * level) to pixels below 128 (clipped at 255)."""
+  del seed
+  added = tf.cast(tf.clip_by_value(tf.cast(image, tf.int32) + int(110 * level), 0, 255), tf.uint8)
+  return tf.where(image < 128, added, image)
+
+
+def _factor(level):
+  return 1.8 * level + 0.1
+
+
+def color(image, level, seed):
+  """Saturation: blend with the grayscale image."""
+  del seed
+  return _blend(_grayscale(image), image, _factor(level))
+
+
+def contrast(image, level, seed):
+  """Blend with a flat image at the mean luma."""
+  del seed
+  mean = tf.reduce_mean(_grayscale(image))
+  return _blend(tf.fill(tf.shape(image), mean), image, _factor(level))
+
+
+def brightness(image, level, seed):
+  """Blend with black."""
+  del seed
+  return _blend(tf.zeros_like(image), image, _factor(level))
+
+
+def sharpness(image, level, seed):
+  """Blend with PIL's SMOOTH-filtered image ([[1,1,1],[1,5,1],[1,1,1]] / 13, border kept)."""
+  del seed
+  x = tf.cast(image, tf.float32)[None]
+  kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
+  kernel = tf.tile(kernel[:, :, None, None], [1, 1, image.shape[-1], 1])
+  smooth = tf.nn.depthwise_conv2d(x, kernel, strides=[1, 1, 1, 1], padding='VALID')[0]
+  smooth = tf.round(smooth)   # PIL's filtered image is uint8.
+  # The 3x3 filter has no value on the 1-pixel border: keep the original pixels there.
+  h, w = tf.shape(image)[0], tf.shape(image)[1]
+  padded = tf.pad(smooth, [[1, 1], [1, 1], [0, 0]])
+  rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
+  interior = (rows > 0) & (rows < h - 1) & (cols > 0) & (cols < w - 1)
+  degenerate = tf.where(interior, padded, tf.cast(image, tf.float32))
+  return _blend(degenerate, image, _factor(level))
+
+
+def shear_x(image, level, seed):
+  s = _random_sign(0.3 * level, seed)
+  return _transform(image, [1.0, s, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def shear_y(image, level, seed):
+  s = _random_sign(0.3 * level, seed)
+  return _transform(image, [1.0, 0.0, 0.0, s, 1.0, 0.0, 0.0, 0.0])
+
+
+def translate_x(image, level, seed):
+  dx = _random_sign(TRANSLATE_PX * level / REFERENCE_SIZE, seed) * _size(image, 1)
+  return _transform(image, [1.0, 0.0, dx, 0.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def translate_y(image, level, seed):
+  dy = _random_sign(TRANSLATE_PX * level / REFERENCE_SIZE, seed) * _size(image, 0)
+  return _transform(image, [1.0, 0.0, 0.0, 0.0, 1.0, dy, 0.0, 0.0])
+
+
+def cutout(image, level, seed):
+  """Fills a square of half-side 40 px * level (at 224 px) at a uniform random centre with grey."""
+  h, w = tf.shape(image)[0], tf.shape(image)[1]
+  half = tf.cast(CUTOUT_PX * level / REFERENCE_SIZE * tf.cast(tf.minimum(h, w), tf.float32),
+                 tf.int32)
+  y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  cy = tf.random.stateless_uniform([], y_seed, 0, h, tf.int32)
+  cx = tf.random.stateless_uniform([], x_seed, 0, w, tf.int32)
+  rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
+  inside = (rows >= cy - half) & (rows < cy + half) & (cols >= cx - half) & (cols < cx + half)
+  return tf.where(inside, tf.constant(FILL, tf.uint8), image)
+
+
+# The reference's op list, in its order (the index a layer draws).
+OPS = {
+    'AutoContrast': auto_contrast,
+    'Equalize': equalize,
+    'Invert': invert,
+    'Rotate': rotate,
+    'Posterize': posterize,
+    'Solarize': solarize,
+    'Color': color,
+    'Contrast': contrast,
+    'Brightness': brightness,
+    'Sharpness': sharpness,
+    'ShearX': shear_x,
+    'ShearY': shear_y,
+    'TranslateX': translate_x,
+    'TranslateY': translate_y,
+    'Cutout': cutout,
+    'SolarizeAdd': solarize_add,
+}

@@ -1,0 +1,126 @@
+"""Tests of RandAugment: every op on 1 and 3 channels, hand-worked values, determinism."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data import randaug
+
+SEED = tf.constant([3, 4], tf.int64)
+
+
+def op(name: str, image: np.ndarray, magnitude: float, seed=SEED) -> np.ndarray:
+  level = magnitude / randaug.MAX_LEVEL
+  return randaug.OPS[name](tf.constant(image, tf.uint8), level, seed).numpy()
+
+
+@pytest.mark.parametrize('channels', [1, 3])
+def test_every_op_keeps_shape_and_dtype(channels):
+  image = np.random.default_rng(0).integers(0, 256, (20, 24, channels), dtype=np.uint8)
+  for name in randaug.OPS:
+    for magnitude in (0, 10, 20):
+      out = op(name, image, magnitude)
+      assert out.shape == image.shape and out.dtype == np.uint8, (name, magnitude)
+
+
+def test_reference_op_list():
+  assert len(randaug.OPS) == 16
+  assert list(randaug.OPS)[:3] == ['AutoContrast', 'Equalize', 'Invert']
+
+
+def test_pixel_ops_hand_worked():
+  image = np.array([[[100], [200], [120], [127]]], np.uint8)
+  np.testing.assert_array_equal(op('Invert', image, 5).ravel(), [155, 55, 135, 128])
+  # Magnitude 5 -> level 0.5. Posterize keeps int(4 * 0.5) = 2 bits: 100 = 0b01100100 -> 64,
+  # 200 = 0b11001000 -> 192, 120 = 0b01111000 -> 64, 127 -> 64.
+  np.testing.assert_array_equal(op('Posterize', image, 5).ravel(), [64, 192, 64, 64])
+  # Solarize: threshold int(256 * 0.5) = 128; 200 -> 255 - 200 = 55.
+  np.testing.assert_array_equal(op('Solarize', image, 5).ravel(), [100, 55, 120, 127])
+  # SolarizeAdd: + int(110 * 0.5) = 55 below 128: 100 -> 155, 120 -> 175, 127 -> 182.
+  np.testing.assert_array_equal(op('SolarizeAdd', image, 5).ravel(), [155, 200, 175, 182])
+  # Magnitude 20 (level 2): 8 bits kept, threshold 512: both no-ops, as in the reference.
+  np.testing.assert_array_equal(op('Posterize', image, 20), image)
+  np.testing.assert_array_equal(op('Solarize', image, 20), image)
+
+
+def test_enhance_ops_hand_worked():
+  # Magnitude 0: factor 1.8 * 0 + 0.1 = 0.1.
+  image = np.array([[[0], [100]]], np.uint8)
+  # Brightness: 0.1 * 100 = 10.
+  np.testing.assert_array_equal(op('Brightness', image, 0).ravel(), [0, 10])
+  # Contrast: mean 50; 50 + 0.1 * (0 - 50) = 45, 50 + 0.1 * 50 = 55.
+  np.testing.assert_array_equal(op('Contrast', image, 0).ravel(), [45, 55])
+  # Color of a grayscale image blends it with itself: unchanged.
+  np.testing.assert_array_equal(op('Color', image, 0), image)
+  # Magnitude 5: factor 1.0, the identity.
+  rgb = np.random.default_rng(1).integers(0, 256, (5, 6, 3), dtype=np.uint8)
+  for name in ('Brightness', 'Contrast', 'Color', 'Sharpness'):
+    np.testing.assert_array_equal(op(name, rgb, 5), rgb, err_msg=name)
+  # Color at factor 0.1 of pure red (luma 0.2989 * 255 = 76.2): 76.2 + 0.1 * (255 - 76.2) = 94.1.
+  red = np.zeros((1, 1, 3), np.uint8)
+  red[..., 0] = 255
+  np.testing.assert_array_equal(op('Color', red, 0).ravel(), [94, 68, 68])  # 76.2 * 0.9 = 68.6
+
+
+def test_sharpness_keeps_border_and_flat_images():
+  flat = np.full((6, 6, 3), 77, np.uint8)
+  np.testing.assert_array_equal(op('Sharpness', flat, 0), flat)
+  image = np.random.default_rng(2).integers(0, 256, (6, 7, 1), dtype=np.uint8)
+  out = op('Sharpness', image, 0)
+  np.testing.assert_array_equal(out[0], image[0])
+  np.testing.assert_array_equal(out[:, -1], image[:, -1])
+
+
+def test_auto_contrast_and_equalize_hand_worked():
+  # (x - 50) * 255 / 100: 50 -> 0, 100 -> 127.5 -> 127, 150 -> 255. A flat channel is kept.
+  image = np.array([[[50, 9], [100, 9], [150, 9]]], np.uint8)
+  np.testing.assert_array_equal(op('AutoContrast', image, 0)[..., 0].ravel(), [0, 127, 255])
+  np.testing.assert_array_equal(op('AutoContrast', image, 0)[..., 1].ravel(), [9, 9, 9])
+  # 260 pixels of 10 and 260 of 20: step = (520 - 260) // 255 = 1; lut[10] = 0 (nothing below),
+  # lut[20] = min(260, 255) = 255.
+  image = np.array([10] * 260 + [20] * 260, np.uint8).reshape(1, 520, 1)
+  out = op('Equalize', image, 0).ravel()
+  assert set(out[:260]) == {0} and set(out[260:]) == {255}
+  # Fewer than 256 pixels: step 0, unchanged (PIL's rule).
+  np.testing.assert_array_equal(op('Equalize', image[:, :100], 0), image[:, :100])
+
+
+def test_geometric_ops():
+  image = np.random.default_rng(3).integers(0, 256, (9, 9, 1), dtype=np.uint8)
+  for name in ('Rotate', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY'):
+    np.testing.assert_array_equal(op(name, image, 0), image, err_msg=name)   # Level 0.
+  # Magnitude 30: 90 degrees, either direction.
+  out = op('Rotate', image, 30)
+  assert np.array_equal(out, np.rot90(image, 1)) or np.array_equal(out, np.rot90(image, -1))
+  # At 224 px, magnitude 10 translates by exactly 100 px (either direction); grey 128 fills.
+  row = (np.arange(224) % 200).astype(np.uint8).reshape(1, 224, 1)
+  out = op('TranslateX', row, 10).ravel()
+  left = np.concatenate([row.ravel()[100:], np.full(100, 128)])
+  right = np.concatenate([np.full(100, 128), row.ravel()[:124]])
+  assert np.array_equal(out, left) or np.array_equal(out, right)
+
+
+def test_cutout_fills_one_grey_square():
+  # Magnitude 10 at 224 px: half-side 40 px, so at most 80 x 80 grey pixels (fewer at an edge).
+  out = op('Cutout', np.zeros((224, 224, 3), np.uint8), 10)
+  rows, cols = np.nonzero(out[..., 0] == 128)
+  assert 0 < len(rows) <= 80 * 80
+  assert len(rows) == (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)  # A rectangle.
+  assert set(np.unique(out)) <= {0, 128}
+
+
+@pytest.mark.parametrize('channels', [1, 3])
+def test_distort_is_deterministic_per_seed(channels):
+  image = tf.constant(np.random.default_rng(4).integers(0, 256, (16, 16, channels)), tf.uint8)
+  distort = tf.function(lambda seed: randaug.distort(image, seed, 2, 20.0))
+  outs = [distort(tf.constant([s, 0], tf.int64)).numpy() for s in range(6)]
+  assert all(o.shape == (16, 16, channels) and o.dtype == np.uint8 for o in outs)
+  np.testing.assert_array_equal(outs[0], distort(tf.constant([0, 0], tf.int64)).numpy())
+  assert len({o.tobytes() for o in outs}) > 1
+  np.testing.assert_array_equal(randaug.distort(image, SEED, 0, 20.0), image)
+
+
+def test_distort_rejects_float_and_unknown_channels():
+  with pytest.raises(ValueError, match='uint8'):
+    randaug.distort(tf.zeros([4, 4, 3]), SEED, 2, 10.0)
+  with pytest.raises(ValueError, match='channel'):
+    randaug.distort(tf.zeros([4, 4, 2], tf.uint8), SEED, 2, 10.0)
