@@ -37,3 +37,4 @@ test: install
 
 bench: install
 	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
+	$(PY) bench/input_pipeline.py --out bench/results/input_pipeline.json
