@@ -1,0 +1,21 @@
+"""B/32 V-MoE, E=32, Every-2: Softmax Token Choice router (k = 1 or 2).
+
+The paper's cells (Table 1: JFT-300M prec@1, training TPUv3-days; Table 4: ImageNet 10-shot):
+  k=1: JFT prec@1 41.23%, 34.31 TPUv3-days; ImageNet 10-shot 62.77%.
+  k=2: JFT prec@1 43.47%, 41.46 TPUv3-days; ImageNet 10-shot 65.91%.
+Pretraining here follows V-MoE's ImageNet-21k recipe instead of the private JFT-300M (see
+configs/common.py), so upstream accuracy is not comparable; the 10-shot numbers and the ranking of
+routers are the targets. Runtime of this recipe: not measured yet (the paper's TPUv3-days above
+are for JFT).
+
+  python main.py --config=configs/b32_softmax_tc.py --workdir=runs/b32_softmax_tc_k1
+  python main.py --config=configs/b32_softmax_tc.py:c=2 --workdir=runs/b32_softmax_tc_k2
+CPU mode (a 'mu' model, 2 steps):
+  python main.py --config=configs/b32_softmax_tc.py:runlocal=True --workdir=/tmp/b32_softmax_tc
+"""
+from configs import common
+
+
+def get_config(arg=None):
+  """arg: c=1 (default) or c=2 (c is k, experts per token); runlocal=True for CPU."""
+  return common.get_paper_config('B/32', 'softmax_tc', arg)

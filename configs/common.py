@@ -1,0 +1,249 @@
+"""The shared recipe: V-MoE's ImageNet-21k pretraining with the paper's models and routers.
+
+Configs that produced reported numbers are frozen: add new functions or files, never change the
+values below for an experiment that has run (V-MoE's configs/vmoe_paper/common.py rule).
+
+The paper pretrained on JFT-300M, which is not public; the public recipe closest to it is V-MoE's
+ImageNet-21k pretraining (google-research/vmoe configs/vmoe_paper/pretrain_imagenet21k.py and
+common.py, "V-MoE": Riquelme et al. 2021). Each value below names its source. The paper's own
+choices (Every-2, E = 32, C = round(c T / E) with c in {1, 2}, ImageNet 10-shot) come from its
+"Models" subsection (Sec. 4.1) and Sec. 4.3.
+
+A config argument selects presets, big_vision style: `configs/b32_sinkhorn_ec.py:c=2,runlocal=True`
+(`parse_arg`); single values are overridden with `--config.KEY=VALUE`.
+"""
+import math
+
+import ml_collections as mlc
+
+from configs.validation import CAPACITIES
+from configs.validation import validate  # The trainer calls configs.common.validate.
+
+__all__ = ['CAPACITIES', 'validate', 'parse_arg', 'get_paper_config', 'model_config',
+           'moe_config', 'fewshot_config', 'labels_pp', 'runlocal']
+
+# ImageNet-21k (fall 2011 release): 21,843 classes and 14,197,122 images; V-MoE holds out the
+# first 102,400 images of the single 'full' split for validation ('full[:102400]').
+IMAGENET21K_CLASSES = 21_843
+IMAGENET21K_TRAIN_IMAGES = 14_197_122 - 102_400
+# V-MoE pretrain_imagenet21k.py: 'ViT-B/16, E=8, K=2, Every 2, 300 Epochs' with RandAugment
+# (2, 20) and mixup 0.5, its "strong" augmentation; 90 epochs (ViT's i21k schedule) would be
+# --config.num_train_steps=309699.
+IMAGENET21K_EPOCHS = 300
+PAPER_BATCH_SIZE = 4096           # V-MoE pretrain_imagenet21k.py: dataset.train.batch_size.
+
+# Peak learning rate per architecture: V-MoE common.get_optimizer_config ('B', 32), ('B', 16): 8e-4;
+# ('L', 16): 4e-4. The keys are the paper's three architectures.
+PAPER_PEAK_LR = {'B/32': 8e-4, 'B/16': 8e-4, 'L/16': 4e-4}
+
+DENSE = 'dense'   # moe_config(DENSE, ...) builds a model without MoE layers (moe.num_experts = 0).
+
+
+def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
+  """Parses 'c=2,runlocal=True' against defaults `spec` (which also give each value's type).
+
+  A bare key means True ('runlocal'); unknown keys and badly typed values fail naming the valid
+  keys. The result has every key of spec, plus `canonical`: all values as one 'k=v,...' string,
+  recorded in the config as config_arg.
+  """
+  values = dict(spec)
+  for item in filter(None, (part.strip() for part in (arg or '').split(','))):
+    key, has_value, text = (s.strip() for s in item.partition('='))
+    if key not in spec:
+      raise ValueError(f'unknown config argument {key!r} in {arg!r}; valid: {", ".join(spec)}.')
+    values[key] = _cast(key, text if has_value else 'True', type(spec[key]))
+  parsed = mlc.ConfigDict(values)
+  parsed.canonical = ','.join(f'{k}={_format(v)}' for k, v in values.items())
+  return parsed
+
+
+def _cast(key: str, text: str, kind: type):
+  if kind is bool:
+    if text.lower() not in ('true', 'false', '1', '0'):
+      raise ValueError(f'config argument {key}={text!r}: expected True or False.')
+    return text.lower() in ('true', '1')
+  try:
+    return kind(text)
+  except ValueError:
+    raise ValueError(f'config argument {key}={text!r}: expected a {kind.__name__}.') from None
+
+
+def _format(value) -> str:
+  return f'{value:g}' if isinstance(value, float) else str(value)
+
+
+def moe_config(router: str, capacity: float, num_experts: int, group_size: int) -> mlc.ConfigDict:
+  """`config.moe`: MoE every other block, `num_experts` experts, routing groups of images.
+
+  Router presets: only Softmax Token Choice needs balancing (paper Sec. 3.1 and Appendix A); it gets
+  V-MoE's router noise 1/E (noise_std=1.0 is relative: "Actually, it's 1.0 / num_experts") and
+  importance and load losses of weight 0.005 each (V-MoE common.get_vmoe_config). Sinkhorn (Sec.
+  3.2: "eliminate the need for auxiliary losses"), expert choice (balanced by construction) and Soft
+  MoE use neither. softmax_combine=True: Sinkhorn and sparsity-constrained routers dispatch with
+  their transport plan and combine with softmax (Sec. 3.2 and 4.4: about 1% better). router=DENSE
+  gives a dense ViT (num_experts=0).
+  """
+  balanced = router == 'softmax_tc'
+  return mlc.ConfigDict({
+      'num_experts': 0 if router == DENSE else num_experts,
+      'every': 2,                 # Paper "Models": V-MoE's Every-2 (blocks 1, 3, 5, ...).
+      'group_size': group_size,   # Images per routing group (T = group_size x tokens per image).
+      'dispatch': 'indices',      # Gather/scatter by slot index; 'einsum' is the dense reference.
+      'router': {
+          'name': router,
+          'capacity_factor': float(capacity),   # c (k for token choice): C = round(c T / E).
+          'softmax_combine': True,
+          'noise_std': 1.0 if balanced else 0.0,
+          'importance_loss_weight': 0.005 if balanced else 0.0,
+          'load_loss_weight': 0.005 if balanced else 0.0,
+          'sinkhorn_iters': 20,   # Entropic OT iterations (affinity.sinkhorn).
+          'sparsity_steps': 20,   # Dual ascent steps of the sparsity-constrained OT solver.
+      },
+  })
+
+
+def model_config(variant: str, num_classes: int, image_size: int, channels: int,
+                 head_bias_init: float) -> mlc.ConfigDict:
+  """`config.model`: a ViT variant ('B/32') with V-MoE's head, pooling and (no) dropout."""
+  return mlc.ConfigDict({
+      'variant': variant,
+      'num_classes': num_classes,
+      'image_size': image_size,
+      'channels': channels,
+      'patch_size': mlc.config_dict.placeholder(int),            # None: from the variant.
+      'dropout_rate': 0.0,              # V-MoE: encoder.dropout_rate = 0.0.
+      'representation_size': mlc.config_dict.placeholder(int),   # V-MoE i21k: None.
+      'head_bias_init': head_bias_init,
+      'pool': 'tok',                    # V-MoE: classifier = 'token'.
+  })
+
+
+def fewshot_config(datasets: dict, pp: str, batch_size: int, every_steps: int) -> mlc.ConfigDict:
+  """`config.fewshot`: 10-shot linear transfer (paper Sec. 4.3; V-MoE common_fewshot).
+
+  datasets: name -> (split to draw the shots from, split to evaluate on).
+  """
+  return mlc.ConfigDict({
+      'every_steps': every_steps,
+      'datasets': datasets,
+      'shots': (10,),                 # Paper: "10 image samples per class".
+      'seeds': 3,                     # Not stated in the paper: mean over 3 draws of the shots.
+      'pp': pp,
+      'batch_size': batch_size,
+      'l2_grid_min_log2': -10,        # V-MoE common_fewshot.py: l2_regs = 2^-10 ... 2^19.
+      'l2_grid_max_log2': 19,
+      # Where the few-shot sets live (None: TFDS's default data_dir; a dataset that is also the
+      # training set reads from data.data_dir / data.manual_dir).
+      'data_dir': None,
+      'manual_dirs': {name: None for name in datasets},
+  })
+
+
+def labels_pp(num_classes: int) -> str:
+  """The end of every training/eval pp string: one-hot 'labels' beside the 'image'."""
+  return f'onehot({num_classes}, key="label", key_result="labels")|keep("image", "labels")'
+
+
+def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
+  """V-MoE pretrain_imagenet21k.py's train/eval data, at `image_size` (224 in the paper)."""
+  labels = labels_pp(IMAGENET21K_CLASSES)
+  return mlc.ConfigDict({
+      'name': 'imagenet21k',
+      'train_split': 'full[102400:]',
+      'eval_split': 'full[:102400]',
+      'pp_train': (f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
+                   f'value_range(-1, 1)|{labels}'),
+      # V-MoE evaluates with resize_small(256)|central_crop(224); resize keeps the 256/224 ratio.
+      'pp_eval': (f'decode|resize({image_size * 256 // 224})|central_crop({image_size})|'
+                  f'value_range(-1, 1)|{labels}'),
+      'num_classes': IMAGENET21K_CLASSES,
+      'shuffle_buffer': 250_000,          # V-MoE dataset.train.shuffle_buffer.
+      'cache': False,                     # 14M JPEGs do not fit in memory.
+      'data_dir': None,                   # TFDS default (~/tensorflow_datasets).
+      'manual_dir': None,                 # Where the ImageNet-21k archive was downloaded by hand.
+      'files': None,
+      'file_format': None,
+  })
+
+
+def _imagenet_fewshot_pp(image_size: int) -> str:
+  """V-MoE common_fewshot.py's preprocessing, at `image_size` (224 in the paper)."""
+  return (f'decode|resize({image_size * 256 // 224})|central_crop({image_size})|'
+          'value_range(-1, 1)|keep("image", "label")')
+
+
+def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.ConfigDict:
+  """One cell of the paper's tables: `variant` (B/32, B/16, L/16) x `router`, c from `arg`.
+
+  arg: 'c=1' (default) or 'c=2' (k for token choice routers); 'runlocal=True' shrinks everything
+  for a one-step CPU run (see `runlocal`).
+  """
+  if variant not in PAPER_PEAK_LR:
+    raise ValueError(f'the paper has no {variant!r} model; valid: {", ".join(PAPER_PEAK_LR)}.')
+  arg = parse_arg(arg, c=1.0, runlocal=False)
+  image_size = 224                                     # V-MoE: inception_crop(224).
+  config = mlc.ConfigDict()
+  config.config_arg = arg.canonical
+  config.seed = 0
+  config.batch_size = PAPER_BATCH_SIZE
+  config.num_train_steps = math.ceil(
+      IMAGENET21K_EPOCHS * IMAGENET21K_TRAIN_IMAGES / PAPER_BATCH_SIZE)   # 1,032,329 steps.
+  config.loss = 'sigmoid_xent'          # V-MoE: loss.name = 'sigmoid_xent'.
+  config.mixup_alpha = 0.5              # V-MoE: mixup.concentration = 0.5.
+  config.log_every_steps = 100          # V-MoE: report_progress.every_steps.
+
+  config.model = model_config(variant, IMAGENET21K_CLASSES, image_size, channels=3,
+                              head_bias_init=-10.0)   # V-MoE pretrain_imagenet21k.py.
+  # Paper "Models": E = 32 experts, Every-2; V-MoE: groups of 8 images (min batch per device).
+  config.moe = moe_config(router, arg.c, num_experts=32, group_size=8)
+  config.data = _imagenet21k_data(image_size)
+  config.optimizer = mlc.ConfigDict({
+      'b1': 0.9, 'b2': 0.999,           # V-MoE: Adam (0.9, 0.999).
+      'weight_decay': 0.1,              # V-MoE: weight_decay = [('.*/kernel', 0.1)], decoupled.
+      'grad_clip_norm': 1.0,            # V-MoE pretrain_imagenet21k.py: gradient_clip 1.0.
+  })
+  config.schedule = mlc.ConfigDict({
+      'peak_lr': PAPER_PEAK_LR[variant],
+      'warmup_steps': 10_000,           # V-MoE: linear warmup 10k steps ...
+      'end_lr': 1e-5,                   # ... then linear decay to 1e-5.
+  })
+  config.eval = mlc.ConfigDict({'every_steps': 1_000, 'batch_size': 4096})   # V-MoE evaluate.
+  # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
+  # imagenet2012_subset/10pct (a 10% subset of train) and evaluates every 25k steps.
+  config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
+                                  _imagenet_fewshot_pp(image_size), batch_size=4096,
+                                  every_steps=25_000)
+  config.checkpoint = mlc.ConfigDict({'every_steps': 1_000, 'keep': 1})  # V-MoE save_checkpoint.
+  config.wandb = mlc.ConfigDict({'mode': 'offline', 'project': 'vmoe-routers'})
+  config.mesh = mlc.ConfigDict({'data': -1, 'expert': 1})
+  if arg.runlocal:
+    runlocal(config)
+    # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts.
+    patch = int(variant.split('/')[1])
+    config.model.variant = f'mu/{patch}'
+    config.model.image_size = 2 * patch
+    config.data = _imagenet21k_data(config.model.image_size)
+    config.data.shuffle_buffer = 16
+    config.fewshot.pp = _imagenet_fewshot_pp(config.model.image_size)
+  return config
+
+
+def runlocal(config: mlc.ConfigDict) -> mlc.ConfigDict:
+  """Shrinks steps, batches and evaluation so one run finishes in seconds on a CPU (in place).
+
+  Batches of 8 images are one routing group of the paper configs (V-MoE's 8 images; configs with
+  larger groups raise their batches after this); two steps with one warm-up step exercise the
+  schedule, evaluation, few-shot and checkpoints once each.
+  """
+  config.batch_size = 8
+  config.num_train_steps = 2
+  config.schedule.warmup_steps = 1
+  config.log_every_steps = 1
+  config.eval.every_steps = 2
+  config.eval.batch_size = 8
+  config.fewshot.every_steps = 2
+  config.fewshot.batch_size = 8
+  config.fewshot.seeds = 1
+  config.checkpoint.every_steps = 2
+  config.wandb.mode = 'disabled'
+  return config

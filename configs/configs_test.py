@@ -1,0 +1,183 @@
+"""Every config file loads, validates and builds its model abstractly; bad configs fail early."""
+import glob
+import importlib.util
+import os
+
+from absl import flags
+import jax
+import jax.numpy as jnp
+import ml_collections as mlc
+from ml_collections import config_flags
+import pytest
+
+from configs import common
+from vmoe import vit
+from vmoe.routing import router as routing
+
+CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
+PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
+               for router in routing.PAPER_ROUTERS]
+LIBRARY_FILES = {'__init__', 'common', 'validation'}
+
+
+def load(name: str, arg: str | None = None) -> mlc.ConfigDict:
+  """Loads configs/NAME.py and calls get_config as config_flags does for 'NAME.py[:arg]'."""
+  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIG_DIR, f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config() if arg is None else module.get_config(arg)
+
+
+def build_abstract(config) -> dict:
+  """Parameter shapes of the config's model for one routing group of images (no memory)."""
+  model = vit.build_model(config)
+  images = jax.ShapeDtypeStruct((config.moe.group_size,) + vit.image_shape(config), jnp.float32)
+  return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
+
+
+def test_the_config_files_are_the_papers_18_and_tiny():
+  names = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIG_DIR, '*.py'))}
+  names -= LIBRARY_FILES | {n for n in names if n.endswith('_test')}
+  assert names == set(PAPER_FILES) | {'tiny'}
+
+
+@pytest.mark.parametrize('name', PAPER_FILES)
+def test_paper_config_validates_and_builds(name):
+  config = load(name)
+  common.validate(config, num_devices=1)
+  arch, router = name.split('_', 1)
+  assert config.model.variant == {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}[arch]
+  assert config.moe.router.name == router and config.moe.router.capacity_factor == 1
+  assert config.config_arg == 'c=1,runlocal=False'
+  params = build_abstract(config)
+  moe_blocks = [k for k, v in params.items() if isinstance(v, dict) and 'moe' in v]
+  assert moe_blocks == [vit.block_name(i) for i in range(1, len(moe_blocks) * 2, 2)]
+  assert params['block_01']['moe']['experts']['wi'].shape[0] == 32        # E = 32.
+
+  # c=2 changes the capacity and the recorded argument, nothing else; 'c=1' equals no argument.
+  assert load(name, 'c=1').to_dict() == config.to_dict()
+  config2 = load(name, 'c=2')
+  common.validate(config2, num_devices=1)
+  assert config2.moe.router.capacity_factor == 2 and config2.config_arg == 'c=2,runlocal=False'
+  config2.moe.router.capacity_factor, config2.config_arg = 1.0, config.config_arg
+  assert config2.to_dict() == config.to_dict()
+
+  local = load(name, 'c=2,runlocal=True')       # The CPU mode: a 'mu' model, 2 steps.
+  common.validate(local, num_devices=1)
+  assert local.model.variant.startswith('mu/') and local.num_train_steps == 2
+  assert build_abstract(local)['block_01']['moe']['experts']['wi'].shape[0] == 32
+
+
+def test_soft_moe_c2_builds_twice_the_slots():
+  # B/32: 7x7 patches + class token = 50 tokens per image (Soft MoE routes each image alone):
+  # C = round(50/32) = 2 slots per expert at c=1 and round(100/32) = 3 at c=2.
+  for arg, slots in ((None, 2), ('c=2', 3)):
+    params = build_abstract(load('b32_soft_moe', arg))
+    assert params['block_01']['moe']['router']['phi'].shape == (768, 32, slots)
+
+
+@pytest.mark.parametrize('router', list(routing.PAPER_ROUTERS) + [common.DENSE])
+def test_tiny_config_validates_and_builds(router):
+  for c in (1, 2):
+    config = load('tiny', f'router={router},c={c}')
+    common.validate(config, num_devices=1)
+    assert config.config_arg == f'router={router},c={c},runlocal=False'
+    params = build_abstract(config)
+    assert ('moe' in params['block_01']) == (router != common.DENSE)
+    assert 'mlp' in params['block_00'] and 'mlp' in params['block_02']
+  local = load('tiny', f'router={router},runlocal=True')
+  common.validate(local, num_devices=1)
+  assert local.num_train_steps == 2 and local.batch_size % local.moe.group_size == 0
+
+
+def test_paper_recipe_values():
+  config = load('l16_softmax_tc')
+  # 300 epochs of ImageNet-21k's 14,197,122 - 102,400 = 14,094,722 training images at batch 4096:
+  # ceil(300 * 14,094,722 / 4096) = ceil(1,032,328.27) = 1,032,329 steps.
+  assert config.num_train_steps == 1_032_329
+  assert config.schedule.peak_lr == 4e-4 and load('b16_softmax_tc').schedule.peak_lr == 8e-4
+  assert (config.batch_size, config.loss, config.mixup_alpha) == (4096, 'sigmoid_xent', 0.5)
+  assert config.moe.router.noise_std == 1.0
+  assert config.moe.router.importance_loss_weight == config.moe.router.load_loss_weight == 0.005
+  assert config.moe.every == 2 and config.moe.group_size == 8
+  ec = load('l16_sinkhorn_ec').moe.router
+  assert ec.noise_std == ec.importance_loss_weight == ec.load_loss_weight == 0.0
+  assert 'inception_crop(224)|flip_lr|randaug(2, 20)' in config.data.pp_train
+  assert config.fewshot.shots == (10,) and 'imagenet2012' in config.fewshot.datasets
+
+
+def _parse_main_flags(*argv) -> mlc.ConfigDict:
+  """The config main.py would get from `python main.py ARGV` (config_flags, locked)."""
+  values = flags.FlagValues()
+  argv = ['main.py', *argv]
+  config_flags.DEFINE_config_file('config', None, flag_values=values, lock_config=True,
+                                  sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+def test_config_flags_argument_and_overrides():
+  config = _parse_main_flags(f'--config={CONFIG_DIR}/b32_sinkhorn_ec.py:c=2',
+                             '--config.moe.router.softmax_combine=False',
+                             '--config.num_train_steps=100', '--config.model.patch_size=16')
+  assert config.moe.router.capacity_factor == 2 and config.config_arg == 'c=2,runlocal=False'
+  assert not config.moe.router.softmax_combine and config.num_train_steps == 100
+  assert vit.build_model(config).patch_size == 16               # The placeholder takes an int.
+
+
+@pytest.mark.parametrize('arg,message', [
+    ('c=2,speed=3', "unknown config argument 'speed'.*valid: c, runlocal"),
+    ('c=two', "c='two': expected a float"),
+    ('runlocal=maybe', "runlocal='maybe': expected True or False"),
+])
+def test_bad_config_argument_fails(arg, message):
+  with pytest.raises(ValueError, match=message):
+    load('b32_softmax_ec', arg)
+
+
+def test_bare_key_means_true():
+  assert common.parse_arg('runlocal', c=1.0, runlocal=False).canonical == 'c=1,runlocal=True'
+
+
+def _tiny(**changes):
+  """configs/tiny.py (XS/7, E=8, groups of 16 images, batch 64) with `changes` applied."""
+  config = load('tiny', 'router=softmax_tc')
+  for key, value in changes.items():
+    node = config
+    *parents, leaf = key.split('.')
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
+@pytest.mark.parametrize('changes,num_devices,message', [
+    ({'moe.router.name': 'top2'}, 1, "unknown router moe.router.name='top2'; valid: sinkhorn_ec"),
+    ({'model.variant': 'XXL/7'}, 1, "unknown ViT variant 'XXL/7'"),
+    ({'model.variant': 'XS'}, 1, 'names no patch size'),
+    ({'moe.router.capacity_factor': 3.0}, 1, r"c=3 is not one of the paper's \(1, 2\)"),
+    ({'model.patch_size': 5}, 1, 'patch size 5 does not divide model.image_size=28'),
+    ({'moe.group_size': 24}, 1, 'batch_size=64 gives 64 images per device, not a multiple of '
+                                'moe.group_size=24'),
+    ({}, 8, r'8 images per device, not a multiple of moe.group_size=16.*multiple of 128'),
+    ({}, 3, 'batch_size=64 does not split over 3 devices'),
+    ({'eval.batch_size': 40}, 1, 'eval.batch_size=40 gives 40 images per device'),
+    ({'moe.num_experts': 1, 'moe.router.capacity_factor': 2.0}, 1,
+     'selects k=2 experts per token but only moe.num_experts=1 exist'),
+    ({'moe.every': 5}, 1, 'moe.every=5 places no MoE layer in a 4-block model'),
+    ({'moe.dispatch': 'sorted'}, 1, "unknown moe.dispatch 'sorted'"),
+    ({'loss': 'hinge'}, 1, "unknown loss 'hinge'"),
+    ({'model.pool': 'max'}, 1, "unknown model.pool 'max'"),
+    ({'model.num_classes': 11}, 1, 'model.num_classes=11 but the data has 10 classes'),
+    ({'mixup_alpha': -1.0}, 1, 'mixup_alpha must be >= 0'),
+    ({'moe.router.noise_std': -1.0}, 1, 'noise_std and loss weights must be >= 0'),
+])
+def test_validate_names_what_to_change(changes, num_devices, message):
+  with pytest.raises(ValueError, match=message):
+    common.validate(_tiny(**changes), num_devices=num_devices)
+
+
+def test_dense_model_skips_router_checks():
+  # A dense model has no routing groups: any router name, capacity and group size are ignored.
+  common.validate(_tiny(**{'moe.num_experts': 0, 'moe.router.name': 'dense',
+                           'moe.group_size': 24}), num_devices=1)

@@ -1,0 +1,220 @@
+"""Vision Transformer with MoE layers (V-MoE; Riquelme et al. 2021), the paper's model family.
+
+Shapes: B images, P patch size, N tokens per image, D model width, R representation size.
+
+images (B, H, W, C) -> conv patch embedding (B, H/P * W/P, D) -> [class token] + learned position
+embedding -> `depth` pre-LayerNorm blocks (self-attention, then an MLP or an MoE layer) -> final
+LayerNorm -> pooling ('tok': the class token, as V-MoE; 'gap': mean over tokens) -> optional
+pre-logits layer (Dense + tanh) -> linear head.
+
+`VisionTransformer.__call__` returns (logits, aux) with aux = {'encoded': (B, N, D) after the final
+LayerNorm, 'pre_logits': (B, R) the few-shot representation, 'aux_loss': sum of the MoE layers'
+weighted balance losses, 'router': {'block_01': metrics of that MoE layer, ...}}.
+
+A model is dense when `moe` is None (built from configs with moe.num_experts = 0).
+"""
+import dataclasses
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vmoe import moe as moe_lib
+from vmoe.routing import router as routing
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+  """Width D, depth (blocks), MLP hidden dim and attention heads of a ViT size."""
+  width: int
+  depth: int
+  mlp_dim: int
+  num_heads: int
+
+
+# ViT sizes (Dosovitskiy et al. 2021, Table 1; Ti from Touvron et al. 2021). The paper uses B/32,
+# B/16 and L/16; S/32 is V-MoE's smallest. Two CPU sizes: 'mu' (after big_vision's test size,
+# with depth 2 so that Every-2 places one MoE layer) backs the runlocal modes and tests; 'XS' is
+# the embedded Fashion-MNIST study of configs/tiny.py (two MoE layers out of four blocks).
+SIZES = {
+    'mu': Size(width=32, depth=2, mlp_dim=128, num_heads=2),
+    'XS': Size(width=64, depth=4, mlp_dim=128, num_heads=4),
+    'Ti': Size(width=192, depth=12, mlp_dim=768, num_heads=3),
+    'S': Size(width=384, depth=12, mlp_dim=1536, num_heads=6),
+    'B': Size(width=768, depth=12, mlp_dim=3072, num_heads=12),
+    'L': Size(width=1024, depth=24, mlp_dim=4096, num_heads=16),
+}
+POOLS = ('tok', 'gap')
+_VARIANT = re.compile(r'^(?P<size>[A-Za-z]+)(/(?P<patch>[0-9]+))?$')
+
+
+def decode_variant(variant: str) -> dict:
+  """'B/32' -> {'width': 768, 'depth': 12, 'mlp_dim': 3072, 'num_heads': 12, 'patch_size': 32}.
+
+  The patch size is None when the variant names only a size ('B'); an unknown size fails listing
+  the valid ones.
+  """
+  match = _VARIANT.match(variant or '')
+  if match is None or match['size'] not in SIZES:
+    raise ValueError(f'unknown ViT variant {variant!r}; use SIZE/PATCH with SIZE one of '
+                     f'{", ".join(SIZES)} (e.g. B/32, L/16).')
+  patch = match['patch']
+  return {**dataclasses.asdict(SIZES[match['size']]),
+          'patch_size': int(patch) if patch else None}
+
+
+def moe_layer_indices(depth: int, every: int) -> tuple[int, ...]:
+  """0-based blocks whose MLP is an MoE layer: Every-`every`, i.e. every-1, 2*every-1, ...
+
+  every=2 is V-MoE's "Every-2" (blocks 1, 3, 5, ...), the placement the paper uses.
+  """
+  if every < 1:
+    raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {every}.')
+  return tuple(range(every - 1, depth, every))
+
+
+def block_name(index: int) -> str:
+  """Name of encoder block `index` (0-based), also the key of its router metrics: 'block_01'."""
+  return f'block_{index:02d}'
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeSettings:
+  """What makes blocks `layers` MoE layers (see moe.MoeMlp for the other fields)."""
+  layers: tuple[int, ...]
+  num_experts: int
+  group_size: int
+  router: routing.RouterConfig
+  dispatch: str
+
+
+class MlpBlock(nn.Module):
+  """The dense transformer MLP: Dense(mlp_dim) -> GELU -> Dense(D), dropout after each."""
+  mlp_dim: int
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
+    # ViT's initialisation: Xavier-uniform kernels, near-zero biases (as the MoE experts).
+    dense = lambda features, name: nn.Dense(
+        features, kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+    dropout = lambda h: nn.Dropout(self.dropout_rate, deterministic=not train)(h)
+    h = dropout(nn.gelu(dense(self.mlp_dim, 'fc1')(x)))
+    return dropout(dense(x.shape[-1], 'fc2')(h))
+
+
+class EncoderBlock(nn.Module):
+  """Pre-LayerNorm block: x + Attention(LN(x)), then + MLP(LN(.)) or + MoE(LN(.)).
+
+  Returns (x, metrics): metrics is the MoE layer's router metrics dict, or None for a dense MLP.
+  """
+  num_heads: int
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  moe: MoeSettings | None = None
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool):
+    y = nn.LayerNorm(name='norm1')(x)
+    y = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, kernel_init=nn.initializers.xavier_uniform(),
+        deterministic=True, name='attention')(y, y)   # No attention dropout (V-MoE: 0.0).
+    x = x + nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    y = nn.LayerNorm(name='norm2')(x)
+    if self.moe is None:
+      return x + MlpBlock(self.mlp_dim, self.dropout_rate, name='mlp')(y, train=train), None
+    y, metrics = moe_lib.MoeMlp(
+        num_experts=self.moe.num_experts, mlp_dim=self.mlp_dim, router=self.moe.router,
+        group_size=self.moe.group_size, dispatch=self.moe.dispatch,
+        dropout_rate=self.dropout_rate, name='moe')(y, train=train)
+    return x + y, metrics
+
+
+class VisionTransformer(nn.Module):
+  """ViT / V-MoE classifier: images (B, H, W, C) -> (logits (B, num_classes), aux)."""
+  num_classes: int
+  patch_size: int
+  width: int
+  depth: int
+  mlp_dim: int
+  num_heads: int
+  pool: str = 'tok'
+  representation_size: int | None = None
+  head_bias_init: float = 0.0
+  dropout_rate: float = 0.0
+  moe: MoeSettings | None = None
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool = False):
+    if self.pool not in POOLS:
+      raise ValueError(f'unknown pool {self.pool!r}; valid: {", ".join(POOLS)}.')
+    _, height, width, _ = images.shape
+    if height % self.patch_size or width % self.patch_size:
+      raise ValueError(f'patch size {self.patch_size} does not divide the {height}x{width} '
+                       'images; change model.patch_size or model.image_size.')
+    p = self.patch_size
+    x = nn.Conv(self.width, (p, p), strides=(p, p), padding='VALID', name='embedding')(images)
+    x = x.reshape(x.shape[0], -1, self.width)                          # (B, H/P * W/P, D)
+    if self.pool == 'tok':   # The class token is initialised at zero (ViT, V-MoE).
+      cls = self.param('cls', nn.initializers.zeros, (1, 1, self.width))
+      x = jnp.concatenate([jnp.tile(cls, (x.shape[0], 1, 1)), x], axis=1)
+    # One learned embedding per token, the class token's included (ViT: stddev 0.02).
+    posemb = self.param('pos_embedding', nn.initializers.normal(stddev=0.02),
+                        (1,) + x.shape[1:])
+    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb)
+
+    moe_layers = () if self.moe is None else self.moe.layers
+    router_metrics, aux_loss = {}, jnp.zeros((), jnp.float32)
+    for i in range(self.depth):
+      name = block_name(i)
+      x, metrics = EncoderBlock(
+          self.num_heads, self.mlp_dim, self.dropout_rate,
+          self.moe if i in moe_layers else None, name=name)(x, train=train)
+      if metrics is not None:
+        router_metrics[name] = metrics
+        aux_loss = aux_loss + metrics['aux_loss']
+    encoded = nn.LayerNorm(name='encoder_norm')(x)
+
+    pooled = encoded[:, 0] if self.pool == 'tok' else jnp.mean(encoded, axis=1)
+    pre_logits = pooled
+    if self.representation_size is not None:
+      pre_logits = jnp.tanh(nn.Dense(self.representation_size, name='pre_logits')(pooled))
+    # Zero kernel (big_vision); the bias starts at head_bias_init (V-MoE: -10, so that sigmoid
+    # outputs start near 0 for all ~21k classes).
+    logits = nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
+                      bias_init=nn.initializers.constant(self.head_bias_init), name='head')(
+                          pre_logits)
+    aux = {'encoded': encoded, 'pre_logits': pre_logits, 'aux_loss': aux_loss,
+           'router': router_metrics}
+    return logits, aux
+
+
+def image_shape(config) -> tuple[int, int, int]:
+  """(H, W, C) of one input image: model.image_size squared, model.channels channels."""
+  return (config.model.image_size, config.model.image_size, config.model.channels)
+
+
+def build_model(config) -> VisionTransformer:
+  """The model of a config (`config.model`, `config.moe`); dense when moe.num_experts == 0.
+
+  config.model.patch_size overrides the variant's patch (None: take it from the variant).
+  """
+  arch = decode_variant(config.model.variant)
+  variant_patch = arch.pop('patch_size')
+  patch_size = config.model.patch_size or variant_patch
+  if patch_size is None:
+    raise ValueError(f'variant {config.model.variant!r} names no patch size; set '
+                     'model.patch_size or use SIZE/PATCH (e.g. B/32).')
+  settings = None
+  if config.moe.num_experts > 0:
+    settings = MoeSettings(
+        layers=moe_layer_indices(arch['depth'], config.moe.every),
+        num_experts=config.moe.num_experts, group_size=config.moe.group_size,
+        router=routing.RouterConfig(**config.moe.router), dispatch=config.moe.dispatch)
+  return VisionTransformer(
+      num_classes=config.model.num_classes, patch_size=patch_size, pool=config.model.pool,
+      representation_size=config.model.representation_size,
+      head_bias_init=config.model.head_bias_init, dropout_rate=config.model.dropout_rate,
+      moe=settings, **arch)

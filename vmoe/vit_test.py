@@ -1,0 +1,200 @@
+"""ViT / V-MoE: parameter counts, shapes of every variant, Every-2 placement, determinism."""
+import jax
+import jax.numpy as jnp
+import ml_collections as mlc
+import numpy as np
+import pytest
+
+from vmoe import vit
+
+
+def make_config(variant='mu/4', router='softmax_ec', num_experts=4, c=1.0, num_classes=10,
+                image_size=8, channels=1, pool='tok', representation_size=None, noise_std=0.0,
+                loss_weight=0.0, group_size=2):
+  """The model part of a config (loss, model, moe) as the configs/ files build it."""
+  return mlc.ConfigDict({
+      'loss': 'softmax_xent',
+      'model': {'variant': variant, 'num_classes': num_classes, 'image_size': image_size,
+                'channels': channels, 'patch_size': None, 'dropout_rate': 0.0,
+                'representation_size': representation_size, 'head_bias_init': -10.0,
+                'pool': pool},
+      'moe': {'num_experts': num_experts, 'every': 2, 'group_size': group_size,
+              'dispatch': 'indices',
+              'router': {'name': router, 'capacity_factor': c, 'softmax_combine': True,
+                         'noise_std': noise_std, 'importance_loss_weight': loss_weight,
+                         'load_loss_weight': loss_weight, 'sinkhorn_iters': 5,
+                         'sparsity_steps': 5}},
+  })
+
+
+def abstract_params(config, batch=2):
+  """Parameter shapes without allocating them (jax.eval_shape)."""
+  model = vit.build_model(config)
+  images = jax.ShapeDtypeStruct((batch,) + vit.image_shape(config), jnp.float32)
+  return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
+
+
+def count(params) -> int:
+  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
+
+
+def formula_params(config) -> int:
+  """Parameters of a ViT / V-MoE written out term by term (biases included)."""
+  arch = vit.decode_variant(config.model.variant)
+  d, f, p, depth = arch['width'], arch['mlp_dim'], arch['patch_size'], arch['depth']
+  tokens = (config.model.image_size // p) ** 2 + (config.model.pool == 'tok')
+  num_experts = config.moe.num_experts
+  embedding = p * p * config.model.channels * d + d
+  cls = d if config.model.pool == 'tok' else 0
+  posemb = tokens * d
+  attention = 4 * (d * d + d)                        # query, key, value and output projections.
+  layer_norms = 2 * 2 * d                            # Two LayerNorms (scale and bias) per block.
+  mlp = d * f + f + f * d + d
+  if num_experts == 0:
+    moe = mlp
+  elif config.moe.router.name == 'soft_moe':           # Phi (D, E, C) with C slots per image.
+    slots = max(1, round(config.moe.router.capacity_factor * tokens / num_experts))
+    moe = num_experts * mlp + d * num_experts * slots + 1
+  else:                                              # Router kernel W (D, E), no bias.
+    moe = num_experts * mlp + d * num_experts
+  num_moe = len(vit.moe_layer_indices(depth, config.moe.every)) if num_experts else 0
+  blocks = depth * (attention + layer_norms) + (depth - num_moe) * mlp + num_moe * moe
+  rep = config.model.representation_size
+  pre_logits = d * rep + rep if rep else 0
+  head = (rep or d) * config.model.num_classes + config.model.num_classes
+  return embedding + cls + posemb + blocks + 2 * d + pre_logits + head
+
+
+def test_decode_variant():
+  assert vit.decode_variant('B/32') == {'width': 768, 'depth': 12, 'mlp_dim': 3072,
+                                        'num_heads': 12, 'patch_size': 32}
+  assert vit.decode_variant('L/16')['depth'] == 24
+  assert vit.decode_variant('S')['patch_size'] is None
+  for bad in ('Q/16', 'B-16', '', 'B/x'):
+    with pytest.raises(ValueError, match='unknown ViT variant.*mu, XS, Ti, S, B, L'):
+      vit.decode_variant(bad)
+
+
+def test_every2_indices():
+  assert vit.moe_layer_indices(12, 2) == (1, 3, 5, 7, 9, 11)
+  assert vit.moe_layer_indices(24, 2) == tuple(range(1, 24, 2))
+  assert vit.moe_layer_indices(4, 1) == (0, 1, 2, 3)
+  with pytest.raises(ValueError, match='moe.every must be >= 1'):
+    vit.moe_layer_indices(12, 0)
+
+
+def test_vit_b16_matches_published_count():
+  # ViT-B/16, 1000 classes: embedding 16*16*3*768 + 768 = 590,592; cls 768; posemb 197*768 =
+  # 151,296; per block 2*1,536 (LN) + 2,362,368 (attention) + 4,722,432 (MLP) = 7,087,872, times
+  # 12 = 85,054,464; final LN 1,536; head 768*1000 + 1000 = 769,000. Sum: 86,567,656.
+  config = make_config('B/16', num_experts=0, num_classes=1000, image_size=224, channels=3)
+  assert count(abstract_params(config)) == 86_567_656 == formula_params(config)
+
+
+@pytest.mark.parametrize('variant,router,c,rep', [
+    ('B/32', 'softmax_tc', 1.0, None),     # The paper's B/32 with E=32 (see the report).
+    ('mu/4', 'sinkhorn_ec', 2.0, 16),
+    ('mu/4', 'soft_moe', 2.0, None),
+    ('XS/4', 'sparsity_ec', 1.0, None),
+])
+def test_param_count_matches_formula(variant, router, c, rep):
+  size = 224 if variant == 'B/32' else 8
+  config = make_config(variant, router, num_experts=32 if variant == 'B/32' else 4, c=c,
+                       image_size=size, channels=3, representation_size=rep)
+  assert count(abstract_params(config)) == formula_params(config)
+
+
+def test_b32_moe_count():
+  # B/32 dense with 21,843 classes is 88,224 params (posemb 50*768 vs 197*768 and the 32-patch
+  # embedding) away from B/16; each of the 6 MoE layers adds 31 expert MLPs and a 768x32 router.
+  config = make_config('B/32', 'softmax_tc', num_experts=32, num_classes=21_843, image_size=224,
+                       channels=3)
+  mlp = 768 * 3072 + 3072 + 3072 * 768 + 768                 # 4,722,432
+  dense = make_config('B/32', num_experts=0, num_classes=21_843, image_size=224, channels=3)
+  assert count(abstract_params(config)) - count(abstract_params(dense)) == 6 * (31 * mlp + 768 * 32)
+
+
+@pytest.mark.parametrize('variant', ['mu/32', 'XS/32', 'Ti/16', 'S/32', 'B/32', 'B/16', 'L/16'])
+def test_every_variant_shapes_at_224(variant):
+  config = make_config(variant, 'sinkhorn_ec', num_experts=32, num_classes=1000, image_size=224,
+                       channels=3, group_size=2)
+  model = vit.build_model(config)
+  images = jax.ShapeDtypeStruct((2, 224, 224, 3), jnp.float32)
+  arch = vit.decode_variant(variant)
+
+  def forward(x):
+    variables = model.init(jax.random.PRNGKey(0), x)
+    return model.apply(variables, x, train=False)
+
+  logits, aux = jax.eval_shape(forward, images)
+  tokens = (224 // arch['patch_size']) ** 2 + 1
+  assert logits.shape == (2, 1000)
+  assert aux['pre_logits'].shape == (2, arch['width'])
+  assert aux['encoded'].shape == (2, tokens, arch['width'])
+  assert aux['aux_loss'].shape == ()
+  assert list(aux['router']) == [vit.block_name(i) for i in range(1, arch['depth'], 2)]
+  assert all(m['expert_load'].shape == (32,) for m in aux['router'].values())
+
+
+def test_every2_placement_in_parameter_tree():
+  params = abstract_params(make_config('XS/4', 'softmax_ec'))
+  blocks = sorted(k for k in params if k.startswith('block_'))
+  assert blocks == ['block_00', 'block_01', 'block_02', 'block_03']
+  for i, name in enumerate(blocks):
+    assert ('moe' in params[name]) == (i % 2 == 1) and ('mlp' in params[name]) == (i % 2 == 0)
+  assert params['block_01']['moe']['experts']['wi'].shape == (4, 64, 128)
+  assert params['block_01']['moe']['router']['kernel'].shape == (64, 4)
+
+
+def _init(config, batch=4):
+  """(jitted model.apply, variables, images): real arrays at tiny shapes."""
+  model = vit.build_model(config)
+  images = jax.random.normal(jax.random.PRNGKey(1), (batch,) + vit.image_shape(config))
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), images)
+  return jax.jit(model.apply, static_argnames='train'), variables, images
+
+
+def test_eval_is_deterministic_noise_uses_gating_rng_and_aux_loss_sums_blocks():
+  config = make_config('XS/4', 'softmax_tc', noise_std=1.0, loss_weight=0.005)
+  apply, variables, images = _init(config)
+  rngs = lambda seed: {'gating': jax.random.PRNGKey(seed), 'dropout': jax.random.PRNGKey(seed)}
+  run = lambda seed, train: apply(variables, images, train=train, rngs=rngs(seed))[1]
+  # Compare the representation: the head starts with a zero kernel, so logits are all -10.
+  np.testing.assert_array_equal(run(1, False)['pre_logits'], run(2, False)['pre_logits'])
+  aux = run(1, True)
+  assert not np.allclose(aux['pre_logits'], run(2, True)['pre_logits'])
+  assert not np.allclose(aux['pre_logits'], run(1, False)['pre_logits'])
+
+  assert set(aux['router']) == {'block_01', 'block_03'}                # Every-2 of 4 blocks.
+  per_block = [metrics['aux_loss'] for metrics in aux['router'].values()]
+  assert float(aux['aux_loss']) > 0
+  np.testing.assert_allclose(aux['aux_loss'], sum(per_block), rtol=1e-6)
+  for metrics in aux['router'].values():
+    assert set(metrics) >= {'dropped_tokens', 'experts_per_token_mean', 'experts_per_token_min',
+                            'experts_per_token_max', 'expert_load', 'aux_loss'}
+    assert metrics['expert_load'].shape == (4,)
+
+
+def test_dense_gap_model_head_and_representation():
+  config = make_config('mu/4', num_experts=0, pool='gap', representation_size=12)
+  apply, variables, images = _init(config, batch=3)                # Any batch without groups.
+  logits, aux = apply(variables, images, train=False)
+  np.testing.assert_array_equal(logits, np.full((3, 10), -10.0))   # Zero kernel, bias -10.
+  assert aux['router'] == {} and float(aux['aux_loss']) == 0.0
+  assert aux['encoded'].shape == (3, 4, 32)                  # (8/4)^2 patches, no class token.
+  assert 'cls' not in variables['params']
+  dense = variables['params']['pre_logits']                  # pre_logits = tanh(W mean(x) + b).
+  expected = np.tanh(aux['encoded'].mean(axis=1) @ dense['kernel'] + dense['bias'])
+  np.testing.assert_allclose(aux['pre_logits'], expected, rtol=1e-5, atol=1e-6)
+  assert aux['pre_logits'].shape == (3, 12)
+
+
+def test_bad_patch_size_fails():
+  config = make_config('mu/3', num_experts=0)
+  with pytest.raises(ValueError, match='patch size 3 does not divide the 8x8'):
+    _init(config)
+  config.model.variant = 'mu'
+  with pytest.raises(ValueError, match='names no patch size'):
+    vit.build_model(config)
+  config.model.patch_size = 4                                        # The override fixes it.
+  assert vit.build_model(config).patch_size == 4
