@@ -2,6 +2,7 @@
 import os
 
 import pytest
+import tensorflow_datasets as tfds
 
 from data import embedded
 from data import sources
@@ -64,9 +65,14 @@ def test_tfrecord_prepared_data_asks_for_conversion(tmp_path):
     sources.check_available(data_config(data_dir=str(tmp_path)))
 
 
-def test_fashion_mnist_fallback_failure_says_how_to_install(tmp_path):
+def test_fashion_mnist_fallback_failure_says_how_to_install(tmp_path, monkeypatch):
   # No IDX directory -> TFDS's fashion_mnist download, impossible offline (or without
   # importlib_resources, see data/builder_base.py): the error lists the ways to get the data.
+  # The download fails at once here, as offline; TFDS's own retries would take minutes.
+  def offline(*args, **kwargs):
+    raise ConnectionError('no network (test)')
+  for method in ('download', 'download_and_extract'):
+    monkeypatch.setattr(tfds.download.DownloadManager, method, offline)
   config = data_config(name='fashion_mnist', data_dir=str(tmp_path / 'tfds'),
                        manual_dir=str(tmp_path / 'no_idx_here'))
   with pytest.raises(FileNotFoundError) as error:

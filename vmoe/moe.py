@@ -20,21 +20,22 @@ from vmoe.routing import router as routing
 
 
 def dispatch_by_index(x: jax.Array, slot_token: jax.Array) -> jax.Array:
-  """Gathers expert buffers: x (G, S, D), slot_token (G, E, C) -> (E, G, C, D); empty slots are 0."""
-  group = jnp.arange(x.shape[0])[None, :, None]              # (1, G, 1)
-  token = jnp.transpose(slot_token, (1, 0, 2))                # (E, G, C)
-  return x.at[group, token].get(mode='fill', fill_value=0)
+  """Gathers expert buffers: x (G, S, D), slot_token (G, E, C) -> (E, G, C, D); empty slots are 0.
+
+  The gather is vmapped over groups, so an SPMD partitioner sees G as a batch dimension and keeps
+  it local to the devices that hold the group.
+  """
+  gather = lambda xg, tg: xg.at[tg].get(mode='fill', fill_value=0)     # (S, D), (E, C) -> (E, C, D)
+  return jnp.transpose(jax.vmap(gather)(x, slot_token), (1, 0, 2, 3))
 
 
 def combine_by_index(outputs: jax.Array, slot_token: jax.Array, slot_weight: jax.Array,
                      num_tokens: int) -> jax.Array:
-  """Scatter-adds weighted expert outputs (E, G, C, D) back to tokens -> (G, S, D)."""
-  num_experts, num_groups, _, dim = outputs.shape
-  group = jnp.arange(num_groups)[None, :, None]
-  token = jnp.transpose(slot_token, (1, 0, 2))                # (E, G, C); S = empty, dropped.
-  weight = jnp.transpose(slot_weight, (1, 0, 2))[..., None].astype(outputs.dtype)
-  out = jnp.zeros((num_groups, num_tokens, dim), outputs.dtype)
-  return out.at[group, token].add(weight * outputs, mode='drop')
+  """Scatter-adds weighted expert outputs (E, G, C, D) back to their tokens -> (G, S, D)."""
+  def combine(yg, tg, wg):  # (E, C, D), (E, C), (E, C) -> (S, D); empty slots (index S) drop.
+    weighted = wg[..., None].astype(yg.dtype) * yg
+    return jnp.zeros((num_tokens, yg.shape[-1]), yg.dtype).at[tg].add(weighted, mode='drop')
+  return jax.vmap(combine)(jnp.transpose(outputs, (1, 0, 2, 3)), slot_token, slot_weight)
 
 
 def dispatch_dense(x: jax.Array, dispatch: jax.Array) -> jax.Array:

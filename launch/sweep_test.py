@@ -1,0 +1,184 @@
+"""Tests of the sweep: the grid, the commands, and resuming after a failure or a kill."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from launch import sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A stand-in for main.py: appends 'start NAME' to the ledger, then, unless told to fail or to kill
+# the sweep, writes summary.json and appends 'done NAME'.
+#   argv: workdir ledger action   (action: ok | fail | interrupted | kill-sweep-once)
+FAKE_TRAINER = textwrap.dedent('''
+    import json, os, signal, sys
+    workdir, ledger, action = sys.argv[1:4]
+    name = os.path.basename(workdir)
+    with open(ledger, 'a') as f:
+      f.write(f'start {name}\\n')
+    print(f'training {name}', flush=True)
+    if action == 'fail':
+      print('loss is nan', flush=True)
+      sys.exit(3)
+    if action == 'interrupted':        # What the trainer does after its Ctrl-C checkpoint.
+      sys.exit(130)
+    marker = os.path.join(workdir, 'killed-once')
+    if action == 'kill-sweep-once' and not os.path.exists(marker):
+      open(marker, 'w').close()
+      os.kill(os.getppid(), signal.SIGKILL)   # The sweep dies mid-run, like a lost machine.
+      sys.exit(1)
+    with open(os.path.join(workdir, 'summary.json'), 'w') as f:
+      json.dump({'router': name}, f)
+    with open(ledger, 'a') as f:
+      f.write(f'done {name}\\n')
+''')
+
+
+@pytest.fixture
+def fake(tmp_path):
+  script = tmp_path / 'fake_trainer.py'
+  script.write_text(FAKE_TRAINER)
+  ledger = tmp_path / 'ledger.txt'
+  ledger.touch()
+
+  def command(actions=None):
+    actions = actions or {}
+    return lambda run, workdir: [sys.executable, '-S', str(script), workdir, str(ledger),
+                                 actions.get(run.name, 'ok')]
+
+  def entries(kind):
+    return [line.split()[1] for line in ledger.read_text().splitlines() if line.startswith(kind)]
+
+  return command, entries
+
+
+def test_grid_is_six_routers_by_two_capacities_plus_ablation():
+  grid = sweep.make_grid('b32')
+  assert len(grid) == 12 and len({r.name for r in grid}) == 12
+  assert [r.name for r in grid[:6]] == ['softmax_tc_c1', 'sinkhorn_tc_c1', 'softmax_ec_c1',
+                                        'sinkhorn_ec_c1', 'sparsity_ec_c1', 'soft_moe_c1']
+  with_ablation = sweep.make_grid('b32', seeds=2, include_ablation=True)
+  assert len(with_ablation) == 28
+  assert [r.name for r in with_ablation if not r.softmax_combine] == [
+      'sinkhorn_tc_c1_nosmc', 'sinkhorn_tc_c2_nosmc', 'sinkhorn_tc_c1_nosmc_s1',
+      'sinkhorn_tc_c2_nosmc_s1']
+  with pytest.raises(ValueError, match='valid: b32, b16, l16, tiny'):
+    sweep.make_grid('h14')
+
+
+def test_commands_follow_the_main_py_contract():
+  run = sweep.Run('b32', 'sinkhorn_tc', 2, seed=1, softmax_combine=False)
+  assert sweep.main_py_command(run, run.workdir('DIR')) == [
+      '.venv/bin/python', 'main.py', '--config=configs/b32_sinkhorn_tc.py:c=2',
+      '--workdir=DIR/b32/sinkhorn_tc_c2_nosmc_s1', '--config.moe.router.softmax_combine=False',
+      '--config.seed=1']
+  tiny = sweep.Run('tiny', 'soft_moe', 1)
+  assert sweep.main_py_command(tiny, tiny.workdir('R')) == [
+      '.venv/bin/python', 'main.py', '--config=configs/tiny.py:router=soft_moe,c=1',
+      '--workdir=R/tiny/soft_moe_c1']
+
+
+def test_every_config_of_the_grid_exists_in_the_repository():
+  for arch in sweep.ARCHS:
+    for run in sweep.make_grid(arch, include_ablation=True):
+      assert os.path.exists(os.path.join(REPO, sweep.config_arg(run).split(':')[0])), run
+
+
+def test_dry_run_prints_commands_and_creates_nothing(tmp_path):
+  out = io.StringIO()
+  root = str(tmp_path / 'runs')
+  assert sweep.run_sweep(sweep.make_grid('tiny', include_ablation=True), root, dry_run=True,
+                         out=out) == 0
+  lines = out.getvalue().splitlines()
+  assert len(lines) == 14 and not os.path.exists(root)
+  assert lines[-1].endswith('main.py --config=configs/tiny.py:router=sinkhorn_tc,c=2 '
+                            f'--workdir={root}/tiny/sinkhorn_tc_c2_nosmc '
+                            '--config.moe.router.softmax_combine=False')
+
+
+def test_failed_run_is_reported_the_sweep_goes_on_and_a_rerun_retries_only_it(tmp_path, fake):
+  command, entries = fake
+  runs = sweep.make_grid('tiny')[:4]
+  root = str(tmp_path / 'runs')
+  out = io.StringIO()
+  assert sweep.run_sweep(runs, root, command({'sinkhorn_tc_c1': 'fail'}), out=out) == 1
+  assert entries('done') == ['softmax_tc_c1', 'softmax_ec_c1', 'sinkhorn_ec_c1']
+  report = out.getvalue()
+  assert 'tiny/sinkhorn_tc_c1: FAILED (exit status 3)' in report and 'loss is nan' in report
+  assert '4 ran, 0 skipped, 1 failed: tiny/sinkhorn_tc_c1' in report
+  with open(os.path.join(root, 'tiny', 'softmax_tc_c1', sweep.LOG_FILE)) as f:
+    assert 'training softmax_tc_c1' in f.read()
+  out = io.StringIO()
+  assert sweep.run_sweep(runs, root, command(), out=out) == 0
+  assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1', 'softmax_ec_c1',
+                              'sinkhorn_ec_c1', 'sinkhorn_tc_c1']
+  assert '1 ran, 3 skipped, 0 failed' in out.getvalue()
+
+
+def test_an_interrupted_trainer_stops_the_sweep(tmp_path, fake):
+  command, entries = fake
+  out = io.StringIO()
+  status = sweep.run_sweep(sweep.make_grid('tiny')[:3], str(tmp_path / 'runs'),
+                           command({'sinkhorn_tc_c1': 'interrupted'}), out=out)
+  assert status == sweep.INTERRUPTED == 130
+  assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
+  assert 'rerun the same command to resume' in out.getvalue()
+
+
+def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
+  command, entries = fake
+  root = str(tmp_path / 'runs')
+  script = tmp_path / 'script.txt'
+  # The sweep runs in its own process; the third run's trainer kills it (SIGKILL: no cleanup).
+  killer = textwrap.dedent(f'''
+      import sys
+      sys.path.insert(0, {REPO!r})
+      from launch import sweep
+      script, ledger = {str(tmp_path / 'fake_trainer.py')!r}, {str(tmp_path / 'ledger.txt')!r}
+      def command(run, workdir):
+        action = 'kill-sweep-once' if run.name == 'softmax_ec_c1' else 'ok'
+        return [sys.executable, '-S', script, workdir, ledger, action]
+      sys.exit(sweep.run_sweep(sweep.make_grid('tiny', include_ablation=True), {root!r}, command))
+  ''')
+  script.write_text(killer)
+  killed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, check=False)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr
+  assert entries('done') == ['softmax_tc_c1', 'sinkhorn_tc_c1']
+  # Rerun the same sweep: finished runs are skipped, the interrupted one starts again.
+  out = io.StringIO()
+  grid = sweep.make_grid('tiny', include_ablation=True)
+  assert sweep.run_sweep(grid, root, command(), out=out) == 0
+  assert '12 ran, 2 skipped, 0 failed' in out.getvalue()
+  done = entries('done')
+  assert sorted(done) == sorted(r.name for r in grid) and len(done) == len(set(done)) == 14
+  started = entries('start')
+  assert [n for n in set(started) if started.count(n) > 1] == ['softmax_ec_c1']
+  for run in grid:
+    with open(os.path.join(run.workdir(root), sweep.SUMMARY_FILE)) as f:
+      assert json.load(f) == {'router': run.name}
+  # A third pass has nothing left to do.
+  out = io.StringIO()
+  assert sweep.run_sweep(grid, root, command(), out=out) == 0
+  assert '0 ran, 14 skipped' in out.getvalue() and len(entries('start')) == 15
+
+
+def test_cli_refuses_to_start_outside_the_repository(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(SystemExit, match='run the sweep from the repository root'):
+    sweep.main(['--arch', 'b32', '--workdir-root', str(tmp_path), '--dry-run'])
+
+
+def test_cli_dry_run_from_the_repository(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(REPO)
+  assert sweep.main(['--arch', 'b16', '--workdir-root', str(tmp_path), '--dry-run',
+                     '--include-ablation', '--seeds', '2', '--python', sys.executable]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 28 and '--config.seed=1' in lines[-1]
+  assert os.listdir(tmp_path) == []

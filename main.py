@@ -1,0 +1,27 @@
+"""Pretrains and evaluates one config: python main.py --config=configs/b32_sinkhorn_ec.py --workdir=DIR.
+
+Overrides work as ml-collections users expect, e.g. --config.num_train_steps=100 or
+--config=configs/b32_sinkhorn_ec.py:c=2 for capacity factor 2 (k=2 for token choice routers).
+"""
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from vmoe import trainer
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Config file, optionally with an argument: configs/FILE.py:c=2.',
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and summary.json.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}; use --config.KEY=VALUE.')
+  config_file, _, config_arg = flags.FLAGS['config'].config_filename.partition(':')
+  trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, config_file, config_arg)
+
+
+if __name__ == '__main__':
+  app.run(main)

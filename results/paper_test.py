@@ -1,0 +1,56 @@
+"""The paper's numbers as data, checked against the paper's text."""
+import os
+import re
+
+import pytest
+
+from results import paper
+
+TEX = '/work/shared/paper/routers_in_vision_moe.tex'
+LABELS = {'B/32': 'b32', 'B/16': 'b16', 'L/16': 'l16'}
+
+
+def test_spot_checks_typed_from_the_tables():
+  # Table 1, "SoftMoE & \bf 45.23 \% & 36.95" (c=1 block).
+  assert paper.lookup('B/32', 'soft_moe', 1) == paper.PaperCell(45.23, 36.95, 67.37)
+  # Table 2, "Sparsity constrained ($C_{factor}=2$) & 50.29 \% & 279.89"; Table 5: 72.76.
+  assert paper.lookup('B/16', 'sparsity_ec', 2) == paper.PaperCell(50.29, 279.89, 72.76)
+  # Table 3 and 6: L/16 sparsity-constrained c=1 and Soft MoE c=2 are '-'.
+  assert paper.lookup('L/16', 'sparsity_ec', 1) == paper.PaperCell(None, None, None)
+  assert paper.lookup('L/16', 'soft_moe', 2) == paper.PaperCell(None, None, None)
+  # Table 6, "Softmax Expert Choice (C_factor=2) & \bf 78.38 \%".
+  assert paper.lookup('L/16', 'softmax_ec', 2.0).imagenet_10shot == 78.38
+
+
+def test_lookup_misses_are_none_and_titles_follow_the_paper():
+  assert paper.lookup('XS/7', 'soft_moe', 1) is None
+  assert paper.lookup('B/32', 'dense', 1) is None
+  assert paper.lookup('B/32', 'soft_moe', 1.5) is None
+  assert len(paper.PAPER) == 3 * 6 * 2
+  assert paper.row_title('sinkhorn_tc', 2.0) == 'Sinkhorn Token Choice (k=2)'
+  assert paper.row_title('soft_moe', 1) == 'Soft MoE (c=1)'
+
+
+def tex_table(text: str, label: str) -> list[list]:
+  """Rows of the appendix table labelled `label`: the numbers of each row ('-' is None)."""
+  block = text[:text.index(f'\\label{{tab:{label}}}')]
+  block = block[block.rindex('\\begin{tabular}'):block.rindex('\\end{tabular}')]
+  rows = []
+  for row in block.split('\\\\'):
+    cells = [c.replace('\\bf', '').replace('\\%', '').strip() for c in row.split('&')[1:]]
+    if cells and all(re.fullmatch(r'-|\d+\.\d+', c) for c in cells):
+      rows.append([None if c == '-' else float(c) for c in cells])
+  return rows
+
+
+@pytest.mark.skipif(not os.path.exists(TEX), reason='the paper source is not on this machine')
+def test_every_number_matches_the_paper_source():
+  with open(TEX, encoding='utf-8') as f:
+    text = f.read()
+  for arch, short in LABELS.items():
+    jft = tex_table(text, f'{short}-jft-result')
+    shot = tex_table(text, f'{short}-imagenet-result')
+    assert len(jft) == len(shot) == 12, arch
+    ours = [paper.lookup(arch, r, c) for c in paper.CAPACITIES for r in paper.ROUTERS]
+    assert [[cell.jft_prec1, cell.tpuv3_days] for cell in ours] == jft, arch
+    assert [[cell.imagenet_10shot] for cell in ours] == shot, arch

@@ -1,0 +1,201 @@
+"""The paper's figures as PNG, from runs' summary.json files and from the paper's own tables.
+
+  python -m results.plots --runs workdirs --out results/out     (also run by results.tables)
+
+  fig1_upstream_<dataset>.png     Figure 1: upstream precision@1 vs training device-hours, one
+                                  panel per architecture; marker shape = router, size = capacity.
+  fig2_<k>shot_<dataset>.png      Figure 2: the same for k-shot accuracy (best l2), k = 10.
+  fig3_softmax_combine_<arch>_<dataset>.png
+                                  Figure 3: validation precision@1 over training of Sinkhorn Token
+                                  Choice with and without softmax combine, panels k = 1 and k = 2
+                                  (only where the ablation ran).
+  paper_fig1_jft.png, paper_fig2_imagenet_10shot.png
+                                  Figures 1 and 2 drawn from the paper's appendix tables
+                                  (TPUv3-days), for comparison.
+With several seeds, points carry +-1 std error bars and curves a +-1 std band.
+"""
+import argparse
+import dataclasses
+import io
+import os
+import sys
+import tempfile
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use('Agg')   # Files only: no display on servers and CI.
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
+from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
+# Soft MoE star. Other routers (e.g. dense) get a diamond.
+MARKERS = {'softmax_tc': 'x', 'sinkhorn_tc': 'P', 'softmax_ec': 's', 'sinkhorn_ec': 'o',
+           'sparsity_ec': '^', 'soft_moe': '*'}
+COLORS = dict(zip(paper.ROUTERS, plt.get_cmap('tab10').colors))
+SIZE_PER_CAPACITY = 45.0    # Marker area (points^2) per unit of capacity: c=2 is twice c=1.
+FEWSHOT_SHOTS = 10          # Figure 2 is the paper's 10-shot task.
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One router x capacity of one architecture: cost x, accuracy y (percent), their spreads."""
+  arch: str
+  router: str
+  capacity: float
+  x: float
+  y: float
+  x_err: float = 0.0
+  y_err: float = 0.0
+
+
+def save_png(fig, path: str) -> str:
+  """Renders `fig` to PNG, then renames it over `path` (vmoe/atomic.py writes text only)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=120, bbox_inches='tight')
+  plt.close(fig)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(path)), suffix='.png.tmp',
+                                   delete=False) as f:
+    f.write(buffer.getvalue())
+  os.replace(f.name, path)     # A reader sees the old figure or the new one, never half.
+  return path
+
+
+def arch_order(arch: str) -> tuple:
+  """The paper's architectures first, in its order; others after by name."""
+  return (paper.ARCHS.index(arch) if arch in paper.ARCHS else len(paper.ARCHS), arch)
+
+
+def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str, path: str):
+  """Figures 1/2: one panel per architecture, accuracy vs cost, marker = router, size = c."""
+  archs = sorted({p.arch for p in points}, key=arch_order)
+  fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
+  for ax, arch in zip(axes[0], archs):
+    for p in (p for p in points if p.arch == arch):
+      color = COLORS.get(p.router, 'gray')
+      if p.x_err or p.y_err:
+        ax.errorbar(p.x, p.y, xerr=p.x_err, yerr=p.y_err, fmt='none', ecolor=color, lw=0.8)
+      ax.scatter(p.x, p.y, marker=MARKERS.get(p.router, 'D'), color=color,
+                 s=SIZE_PER_CAPACITY * p.capacity)
+    ax.set_title(arch)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel(ylabel)
+  routers = sorted({p.router for p in points},
+                   key=lambda r: paper.ROUTERS.index(r) if r in paper.ROUTERS else 99)
+  handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=COLORS.get(r, 'gray'),
+                        label=paper.ROUTER_TITLES.get(r, r)) for r in routers]
+  handles += [plt.scatter([], [], s=SIZE_PER_CAPACITY * c, marker='o', color='lightgray',
+                          label=f'c = {c:g}') for c in sorted({p.capacity for p in points})]
+  fig.legend(handles=handles, loc='center left', bbox_to_anchor=(1.0, 0.5), frameon=False)
+  fig.suptitle(title)
+  fig.tight_layout()
+  return save_png(fig, path)
+
+
+def run_points(rows: dict, value) -> list[Point]:
+  """Points (mean +- std over seeds) of the rows that have a cost and a value; no ablations."""
+  points = []
+  for (arch, _, router, capacity, softmax_combine), runs in rows.items():
+    x = summaries.stat_of(runs, summaries.Run.device_hours)
+    y = summaries.stat_of(runs, value)
+    if softmax_combine and x is not None and y is not None:
+      points.append(Point(arch, router, capacity, x.mean, 100 * y.mean, x.std, 100 * y.std))
+  return points
+
+
+def history(runs: Sequence[summaries.Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Steps every seed evaluated at, and the mean and std (percent) of prec@1 over seeds there."""
+  curves = []
+  for run in runs:
+    curves.append({h['step']: h['upstream_prec1'] for h in run.get('eval_history') or []
+                   if h.get('upstream_prec1') is not None})
+  steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+  values = 100 * np.array([[c[s] for s in steps] for c in curves]).reshape(len(curves), len(steps))
+  std = values.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(len(steps))
+  return np.array(steps), values.mean(axis=0), std
+
+
+def softmax_combine_figure(rows: dict, arch: str, dataset: str, path: str) -> str:
+  """Figure 3: sinkhorn_tc with / without softmax combine, panels for each k present."""
+  capacities = sorted({k[3] for k in rows if k[:3] == (arch, dataset, 'sinkhorn_tc')})
+  fig, axes = plt.subplots(1, len(capacities), figsize=(4.5 * len(capacities), 3.4),
+                           squeeze=False, sharey=True)
+  for ax, capacity in zip(axes[0], capacities):
+    for softmax_combine, label in ((True, 'with softmax combine'),
+                                   (False, 'without softmax combine')):
+      runs = rows.get((arch, dataset, 'sinkhorn_tc', capacity, softmax_combine))
+      steps, mean, std = history(runs or [])
+      if len(steps):
+        line, = ax.plot(steps, mean, marker='.', label=f'{label} (n={len(runs)})')
+        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+    ax.set_title(f'k = {capacity:g}')
+    ax.set_xlabel('training step')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  axes[0][0].set_ylabel(f'validation prec@1 on {dataset} (%)')
+  fig.suptitle(f'{arch}: Sinkhorn Token Choice, softmax combine ablation')
+  fig.tight_layout()
+  return save_png(fig, path)
+
+
+def paper_points(value, cost) -> list[Point]:
+  """Points of the paper's appendix tables (cells the paper reports)."""
+  return [Point(arch, router, c, cost(cell), value(cell))
+          for (arch, router, c), cell in paper.PAPER.items()
+          if value(cell) is not None and cost(cell) is not None]
+
+
+def write_figures(runs: Sequence[summaries.Run], out_dir: str) -> list[str]:
+  """Every figure the runs allow, plus the paper's two; returns the paths written."""
+  rows, _ = summaries.group_seeds(runs)
+  hours = 'training device-hours'
+  written = [
+      scatter_panels(paper_points(lambda p: p.jft_prec1, lambda p: p.tpuv3_days), 'TPUv3-days',
+                     'JFT-300M prec@1 (%)', 'Paper, Figure 1 (from Tables 1-3)',
+                     os.path.join(out_dir, 'paper_fig1_jft.png')),
+      scatter_panels(paper_points(lambda p: p.imagenet_10shot, lambda p: p.tpuv3_days),
+                     'TPUv3-days', 'ImageNet 10-shot (%)', 'Paper, Figure 2 (from Tables 1-6)',
+                     os.path.join(out_dir, 'paper_fig2_imagenet_10shot.png'))]
+  for dataset in sorted({k[1] for k in rows}):
+    points = run_points({k: v for k, v in rows.items() if k[1] == dataset},
+                        lambda r: r.get('upstream_prec1'))
+    if points:
+      written.append(scatter_panels(points, hours, f'{dataset} prec@1 (%)',
+                                    f'Upstream accuracy vs training cost ({dataset})',
+                                    os.path.join(out_dir, f'fig1_upstream_{dataset}.png')))
+  for fewshot_dataset, shots in summaries.fewshot_columns(runs):
+    if shots != FEWSHOT_SHOTS:
+      continue
+    points = run_points(rows, lambda r, d=fewshot_dataset: r.get('fewshot', d, str(shots)))
+    if points:
+      written.append(scatter_panels(
+          points, hours, f'{fewshot_dataset} {shots}-shot (%)',
+          f'{shots}-shot {fewshot_dataset} accuracy vs training cost',
+          os.path.join(out_dir, f'fig2_{shots}shot_{fewshot_dataset}.png')))
+  for arch, dataset in sorted({k[:2] for k in rows if k[2] == 'sinkhorn_tc' and not k[4]}):
+    slug = f'{arch.replace("/", "").lower()}_{dataset}'
+    written.append(softmax_combine_figure(
+        rows, arch, dataset, os.path.join(out_dir, f'fig3_softmax_combine_{slug}.png')))
+  return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description='The paper\'s figures from summary.json files.')
+  parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
+  parser.add_argument('--out', required=True, help='Directory for the PNG files.')
+  args = parser.parse_args(argv)
+  runs, problems = summaries.load_runs(args.runs)
+  for problem in problems:
+    print(f'warning: {problem}', file=sys.stderr)
+  for path in write_figures(runs, args.out):
+    print(path)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

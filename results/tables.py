@@ -1,0 +1,240 @@
+"""The paper's appendix tables rebuilt from runs' summary.json files, beside the paper's numbers.
+
+  python -m results.tables --runs workdirs --out results/out
+
+searches --runs recursively for summary.json files and writes, for each (arch, upstream dataset),
+OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), and the figures
+of results/plots.py (unless --no-figures). Every file is written atomically.
+
+Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c = 1 block then the
+c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
+upstream precision@1, few-shot accuracies (best l2 and CV l2), training device-hours and devices,
+FLOPs per step; with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days
+beside ours for the paper's architectures. With several seeds a cell is mean +- sample std.
+"""
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Callable, Sequence
+
+from results import paper
+from results import summaries
+from results.summaries import Run
+from vmoe import atomic
+
+PAPER_10SHOT_DATASET = 'imagenet2012'    # The paper's downstream task: ImageNet-1k 10-shot.
+PM = '\u00b1'
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """One measured column: value(run) per seed, shown as `fmt` after multiplying by `scale`;
+  `paper_value` gives the paper's number to place in the column right after it."""
+  title: str
+  value: Callable[[Run], float | None]
+  fmt: str
+  missing: str                        # The summary key to name when value(run) is None.
+  scale: float = 1.0
+  spread: bool = True                 # False: deterministic across seeds (FLOPs), no +- std.
+  paper_value: Callable[[paper.PaperCell], float | None] | None = None
+  paper_title: str = ''
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A rendered-agnostic table: header, row groups (one per capacity), and notes."""
+  arch: str
+  dataset: str
+  header: list[str]
+  groups: list[tuple[str, list[list[str]]]]    # (group title, rows of cells)
+  notes: list[str]
+
+  @property
+  def slug(self) -> str:
+    """'b32_imagenet21k': the file name stem."""
+    return f'{self.arch.replace("/", "").lower()}_{self.dataset}'
+
+
+def columns_for(arch: str, rows: Sequence[list[Run]]) -> list[Column]:
+  """The measured columns of one table; paper columns only for the paper's architectures."""
+  in_paper = arch in paper.ARCHS
+  percent = dict(fmt='.2f', scale=100.0)
+  columns = [Column('Upstream prec@1 (%)', lambda r: r.get('upstream_prec1'),
+                    missing='upstream_prec1', **percent,
+                    paper_value=(lambda p: p.jft_prec1) if in_paper else None,
+                    paper_title='Paper JFT-300M prec@1 (%)')]
+  for dataset, shots in summaries.fewshot_columns(r for runs in rows for r in runs):
+    paper_10shot = in_paper and (dataset, shots) == (PAPER_10SHOT_DATASET, 10)
+    columns.append(Column(f'{shots}-shot {dataset} (%)',
+                          lambda r, d=dataset, k=shots: r.get('fewshot', d, str(k)),
+                          missing='fewshot', **percent,
+                          paper_value=(lambda p: p.imagenet_10shot) if paper_10shot else None,
+                          paper_title='Paper ImageNet 10-shot (%)'))
+    columns.append(Column(f'{shots}-shot {dataset}, CV l2 (%)',
+                          lambda r, d=dataset, k=shots: r.get('fewshot_cv', d, str(k)),
+                          missing='fewshot_cv', **percent))
+  columns.append(Column('Train device-hours', Run.device_hours, fmt='.3g',
+                        missing='train_device_seconds',
+                        paper_value=(lambda p: p.tpuv3_days) if in_paper else None,
+                        paper_title='Paper TPUv3-days'))
+  columns.append(Column('FLOPs/step', lambda r: r.get('flops_per_step'), fmt='.3g',
+                        missing='flops_per_step', spread=False))
+  return columns
+
+
+def format_stat(s: summaries.Stat | None, fmt: str, scale: float, row_n: int,
+                spread: bool = True) -> str:
+  """'45.10 +- 0.23' (several seeds), '45.10' (one), '... (n=2)' when some seeds lack it."""
+  if s is None:
+    return 'n/a'
+  text = format(s.mean * scale, fmt)
+  if s.n > 1 and spread:
+    text += f' {PM} {format(s.std * scale, fmt)}'
+  if s.n < row_n:
+    text += f' (n={s.n})'
+  return text
+
+
+def row_order(key: tuple) -> tuple:
+  """Capacity block, then the paper's router order (others after, by name), ablation after."""
+  _, _, router, capacity, softmax_combine = key
+  rank = paper.ROUTERS.index(router) if router in paper.ROUTERS else len(paper.ROUTERS)
+  return capacity, rank, router, not softmax_combine
+
+
+def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]]) -> Table:
+  """The table of one (arch, dataset) from {key: seeds' runs}."""
+  keys = sorted(rows, key=row_order)
+  columns = columns_for(arch, list(rows.values()))
+  header = ['Router', 'Seeds']
+  for column in columns:
+    header.append(column.title)
+    if column.paper_value:
+      header.append(column.paper_title)
+  header.append('Devices')
+  groups: dict[float, list[list[str]]] = {}
+  missing: dict[str, list[str]] = {}
+  for key in keys:
+    runs = rows[key]
+    _, _, router, capacity, softmax_combine = key
+    title = paper.row_title(router, capacity) + ('' if softmax_combine else ', no softmax combine')
+    cells = [title, str(len(runs))]
+    cell = paper.lookup(arch, router, capacity) if softmax_combine else None
+    for column in columns:
+      cells.append(format_stat(summaries.stat_of(runs, column.value), column.fmt, column.scale,
+                               len(runs), column.spread))
+      for run in runs:
+        if column.value(run) is None:
+          missing.setdefault(column.missing, []).append(run.path)
+      if column.paper_value:
+        value = None if cell is None else column.paper_value(cell)
+        cells.append('' if cell is None else ('-' if value is None else format(value, '.2f')))
+    cells.append(', '.join(sorted({r.devices() or 'n/a' for r in runs})))
+    groups.setdefault(capacity, []).append(cells)
+  notes = [f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
+           for key, paths in sorted(missing.items())]
+  return Table(arch, dataset, header,
+               [(f'capacity c = {c:g} (k = {c:g} for token choice)', g)
+                for c, g in sorted(groups.items())], notes)
+
+
+def caption(table: Table) -> str:
+  """What the numbers are, and where the paper's come from."""
+  text = (f'{table.arch} pre-trained on {table.dataset}: mean {PM} sample std over seeds. '
+          'Few-shot: best l2 on the test set (the literature\'s convention) and the l2 chosen '
+          'by cross-validation on the few-shot training set.')
+  if table.arch in paper.ARCHS:
+    upstream, fewshot = paper.SOURCES[table.arch]
+    text += (f' Paper: Liu et al. (2024) {upstream} (JFT-300M pre-training, precision@1 and '
+             f'TPUv3-days) and {fewshot} (ImageNet 10-shot); "-" is the paper\'s missing cell.')
+  return text
+
+
+def to_markdown(table: Table) -> str:
+  """A GitHub Markdown table; each capacity block opens with a bold row."""
+  line = lambda cells: '| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |'
+  out = [f'## {table.arch} on {table.dataset}', '', caption(table), '', line(table.header),
+         line(['---'] * len(table.header))]
+  for title, rows in table.groups:
+    out.append(line([f'**{title}**'] + [''] * (len(table.header) - 1)))
+    out.extend(line(row) for row in rows)
+  out += [''] + [f'- {note}' for note in table.notes]
+  return '\n'.join(out).rstrip() + '\n'
+
+
+def latex_escape(text: str) -> str:
+  """Escapes LaTeX specials; '+-' becomes $\\pm$."""
+  for char, escaped in (('\\', r'\textbackslash{}'), ('&', r'\&'), ('%', r'\%'), ('_', r'\_'),
+                        ('#', r'\#'), ('$', r'\$'), (PM, r'$\pm$')):
+    text = text.replace(char, escaped)
+  return text
+
+
+def to_latex(table: Table) -> str:
+  """A booktabs table as in the paper's appendix: a \\midrule between capacity blocks."""
+  row = lambda cells: ' & '.join(latex_escape(c) for c in cells) + r' \\'
+  out = [r'\begin{table}', r'\centering', r'\small',
+         r'\begin{tabular}{l' + 'c' * (len(table.header) - 1) + '}', r'\toprule',
+         row(table.header)]
+  for _, rows in table.groups:
+    out.append(r'\midrule')
+    out.extend(row(r) for r in rows)
+  out += [r'\bottomrule', r'\end{tabular}', rf'\caption{{{latex_escape(caption(table))}}}',
+          rf'\label{{tab:{table.slug}}}', r'\end{table}']
+  return '\n'.join(out) + '\n'
+
+
+def build_tables(runs: Sequence[Run]) -> tuple[list[Table], list[str]]:
+  """One Table per (arch, dataset) present, and the problems met while grouping seeds."""
+  rows, problems = summaries.group_seeds(runs)
+  by_table: dict[tuple, dict] = {}
+  for key, seeds in rows.items():
+    by_table.setdefault(key[:2], {})[key] = seeds
+  return [build_table(arch, dataset, r) for (arch, dataset), r in sorted(by_table.items())], problems
+
+
+def write_tables(tables: Sequence[Table], out_dir: str, figures: Sequence[str] = ()) -> list[str]:
+  """Writes each table as .md and .tex, and tables.md (all tables, then the figures)."""
+  written = []
+  for table in tables:
+    for ext, text in (('md', to_markdown(table)), ('tex', to_latex(table))):
+      path = os.path.join(out_dir, f'{table.slug}.{ext}')
+      atomic.write_text(path, text)
+      written.append(path)
+  index = ['# Results', ''] + [to_markdown(t) for t in tables]
+  index += [f'![{os.path.basename(f)}]({os.path.relpath(f, out_dir)})\n' for f in figures]
+  path = os.path.join(out_dir, 'tables.md')
+  atomic.write_text(path, '\n'.join(index))
+  return written + [path]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
+  parser.add_argument('--out', required=True, help='Directory for the tables and figures.')
+  parser.add_argument('--no-figures', action='store_true', help='Write the tables only.')
+  args = parser.parse_args(argv)
+  runs, problems = summaries.load_runs(args.runs)
+  if not runs:
+    print(f'No usable {summaries.SUMMARY_FILE} under {args.runs}; run a sweep first '
+          '(make sweep ARCH=tiny).', file=sys.stderr)
+    for problem in problems:
+      print(f'  {problem}', file=sys.stderr)
+    return 1
+  tables, group_problems = build_tables(runs)
+  figures = []
+  if not args.no_figures:
+    from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
+    figures = plots.write_figures(runs, args.out)
+  written = write_tables(tables, args.out, figures)
+  print(f'{len(runs)} runs -> {len(tables)} tables, {len(figures)} figures:')
+  for path in written + list(figures):
+    print(f'  {path}')
+  for problem in problems + group_problems:
+    print(f'warning: {problem}', file=sys.stderr)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

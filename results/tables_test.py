@@ -1,0 +1,169 @@
+"""Tables and figures from fixture summaries: the right cells, seed statistics, paper numbers."""
+import json
+import os
+import time
+
+from matplotlib import image as mpl_image
+import pytest
+
+from results import summaries
+from results import tables
+
+PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+
+def write_summary(root, arch='B/32', router='sinkhorn_ec', capacity=2.0, seed=0,
+                  softmax_combine=True, dataset='imagenet21k', **fields):
+  """A summary.json in the trainer's format under root/<arch>/<router>_c<c>[_nosmc][_s<seed>]."""
+  summary = {'config': 'configs/x.py', 'config_arg': f'c={capacity:g}', 'arch': arch,
+             'router': router, 'capacity': capacity, 'softmax_combine': softmax_combine,
+             'seed': seed, 'dataset': dataset, 'steps': 1000, 'num_params': 1234,
+             'upstream_prec1': 0.4, 'fewshot': {'imagenet2012': {'10': 0.6}},
+             'fewshot_cv': {'imagenet2012': {'10': 0.58}}, 'train_device_seconds': 3600.0,
+             'device_kind': 'cpu', 'num_devices': 1, 'flops_per_step': 1.2e12,
+             'compile_seconds': 3.0, 'router_metrics': {},
+             'eval_history': [{'step': 100, 'upstream_prec1': 0.2},
+                              {'step': 200, 'upstream_prec1': 0.3}]}
+  summary.update(fields)
+  summary = {k: v for k, v in summary.items() if v is not None}   # None: the key is absent.
+  name = (f'{router}_c{capacity:g}' + ('' if softmax_combine else '_nosmc') +
+          (f'_s{seed}' if seed else ''))
+  path = os.path.join(root, arch.replace('/', '').lower(), name, summaries.SUMMARY_FILE)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(summary, f)
+  return path
+
+
+def markdown_rows(text: str) -> dict[str, dict[str, str]]:
+  """{row title: {column title: cell}} of a table written by to_markdown."""
+  lines = [l for l in text.splitlines() if l.startswith('| ')]
+  split = lambda l: [c.strip() for c in l.strip('|').split(' | ')]
+  header = split(lines[0])
+  return {cells[0]: dict(zip(header, cells)) for cells in map(split, lines[2:])}
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+  root = str(tmp_path / 'runs')
+  # Two seeds: prec@1 0.40 and 0.44, 10-shot 0.60 and 0.62, 1 h and 2 h; the second lacks CV.
+  write_summary(root, upstream_prec1=0.40, train_device_seconds=3600.0)
+  write_summary(root, seed=1, upstream_prec1=0.44, fewshot={'imagenet2012': {'10': 0.62}},
+                fewshot_cv=None, train_device_seconds=7200.0)
+  write_summary(root, router='softmax_tc', capacity=1.0, upstream_prec1=0.3, fewshot_cv=None,
+                eval_history=None)
+  for smc in (True, False):
+    for k in (1.0, 2.0):
+      write_summary(root, router='sinkhorn_tc', capacity=k, softmax_combine=smc,
+                    upstream_prec1=0.35 if smc else 0.34)
+  write_summary(root, arch='L/16', router='sparsity_ec', capacity=1.0)
+  write_summary(root, arch='XS/7', router='soft_moe', capacity=1.0, dataset='fashion_mnist',
+                fewshot={'digits': {'10': 0.9}, 'fashion_mnist': {'10': 0.7}}, fewshot_cv=None)
+  return root
+
+
+def test_cells_are_seed_statistics_beside_the_paper(runs_dir):
+  runs, problems = summaries.load_runs(runs_dir)
+  assert len(runs) == 9 and not problems
+  tabs, _ = tables.build_tables(runs)
+  by_slug = {t.slug: t for t in tabs}
+  assert sorted(by_slug) == ['b32_imagenet21k', 'l16_imagenet21k', 'xs7_fashion_mnist']
+  rows = markdown_rows(tables.to_markdown(by_slug['b32_imagenet21k']))
+  row = rows['Sinkhorn Expert Choice (c=2)']
+  assert row['Seeds'] == '2'
+  # mean(40, 44) = 42.00; sample std sqrt((2^2 + 2^2) / 1) = 2.83. Paper Table 1: 44.30 %.
+  assert row['Upstream prec@1 (%)'] == '42.00 \u00b1 2.83'
+  assert row['Paper JFT-300M prec@1 (%)'] == '44.30'
+  # 10-shot: mean(60, 62) = 61.00, std sqrt(2) = 1.41; paper Table 4: 66.52 %.
+  assert row['10-shot imagenet2012 (%)'] == '61.00 \u00b1 1.41'
+  assert row['Paper ImageNet 10-shot (%)'] == '66.52'
+  # Only seed 0 has a CV number: 58.00 from one of the row's two seeds.
+  assert row['10-shot imagenet2012, CV l2 (%)'] == '58.00 (n=1)'
+  # 1 h and 2 h: 1.5 +- 0.707; paper Table 1: 41.21 TPUv3-days.
+  assert row['Train device-hours'] == '1.5 \u00b1 0.707'
+  assert row['Paper TPUv3-days'] == '41.21'
+  assert row['FLOPs/step'] == '1.2e+12' and row['Devices'] == 'cpu x1'
+  single = rows['Softmax Token Choice (k=1)']
+  assert single['Upstream prec@1 (%)'] == '30.00' and single['Paper JFT-300M prec@1 (%)'] == '41.23'
+  assert single['10-shot imagenet2012, CV l2 (%)'] == 'n/a'
+  # The ablation sits after its router, with no paper number (the paper only plots it).
+  ablation = rows['Sinkhorn Token Choice (k=1), no softmax combine']
+  assert ablation['Upstream prec@1 (%)'] == '34.00' and ablation['Paper JFT-300M prec@1 (%)'] == ''
+  assert list(rows)[:4] == ['**capacity c = 1 (k = 1 for token choice)**',
+                            'Softmax Token Choice (k=1)', 'Sinkhorn Token Choice (k=1)',
+                            'Sinkhorn Token Choice (k=1), no softmax combine']
+  assert list(rows)[-1] == 'Sinkhorn Expert Choice (c=2)'
+  notes = by_slug['b32_imagenet21k'].notes
+  assert any(n.startswith('`fewshot_cv` missing') and 'softmax_tc_c1' in n for n in notes)
+
+
+def test_paper_dash_and_no_paper_columns_for_other_archs(runs_dir):
+  tabs, _ = tables.build_tables(summaries.load_runs(runs_dir)[0])
+  by_slug = {t.slug: t for t in tabs}
+  l16 = markdown_rows(tables.to_markdown(by_slug['l16_imagenet21k']))
+  assert l16['Sparsity-constrained Expert Choice (c=1)']['Paper JFT-300M prec@1 (%)'] == '-'
+  tiny = by_slug['xs7_fashion_mnist']
+  assert not any(h.startswith('Paper') for h in tiny.header)
+  assert '10-shot digits (%)' in tiny.header and '10-shot fashion_mnist (%)' in tiny.header
+  assert markdown_rows(tables.to_markdown(tiny))['Soft MoE (c=1)']['10-shot digits (%)'] == '90.00'
+
+
+def test_latex_is_booktabs_with_escapes(runs_dir):
+  tabs, _ = tables.build_tables(summaries.load_runs(runs_dir)[0])
+  tex = tables.to_latex(next(t for t in tabs if t.slug == 'b32_imagenet21k'))
+  assert tex.count(r'\midrule') == 2 and r'\toprule' in tex and r'\bottomrule' in tex
+  assert r'42.00 $\pm$ 2.83 & 44.30' in tex
+  assert r'Upstream prec@1 (\%)' in tex and r'imagenet2012, CV l2' in tex
+  assert tables.latex_escape('a_b & 5% #1') == r'a\_b \& 5\% \#1'
+
+
+def test_broken_and_duplicate_summaries_are_reported(tmp_path):
+  root = str(tmp_path)
+  old = write_summary(root, upstream_prec1=0.1)
+  newer = os.path.join(root, 'copy', summaries.SUMMARY_FILE)
+  os.makedirs(os.path.dirname(newer))
+  with open(old, encoding='utf-8') as f:
+    payload = json.load(f)
+  payload['upstream_prec1'] = 0.2
+  with open(newer, 'w', encoding='utf-8') as f:
+    json.dump(payload, f)
+  os.utime(newer, (time.time() + 10, time.time() + 10))
+  os.makedirs(os.path.join(root, 'broken'))
+  with open(os.path.join(root, 'broken', summaries.SUMMARY_FILE), 'w', encoding='utf-8') as f:
+    f.write('{"arch": ')
+  runs, problems = summaries.load_runs(root)
+  assert len(runs) == 2 and len(problems) == 1 and 'unreadable' in problems[0]
+  grouped, dup = summaries.group_seeds(runs)
+  (seeds,) = grouped.values()
+  assert [r.path for r in seeds] == [newer] and 'using the newer one' in dup[0]
+
+
+def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):
+  out = str(tmp_path / 'out')
+  assert tables.main(['--runs', runs_dir, '--out', out]) == 0
+  files = sorted(os.listdir(out))
+  for slug in ('b32_imagenet21k', 'l16_imagenet21k', 'xs7_fashion_mnist'):
+    assert f'{slug}.md' in files and f'{slug}.tex' in files
+  figures = [f for f in files if f.endswith('.png')]
+  assert sorted(figures) == [
+      'fig1_upstream_fashion_mnist.png', 'fig1_upstream_imagenet21k.png',
+      'fig2_10shot_digits.png', 'fig2_10shot_fashion_mnist.png', 'fig2_10shot_imagenet2012.png',
+      'fig3_softmax_combine_b32_imagenet21k.png', 'paper_fig1_jft.png',
+      'paper_fig2_imagenet_10shot.png']
+  for name in figures:
+    with open(os.path.join(out, name), 'rb') as f:
+      assert f.read(8) == PNG_MAGIC
+    height, width, _ = mpl_image.imread(os.path.join(out, name)).shape
+    assert height > 100 and width > 100
+  assert not [f for f in files if f.endswith('.tmp')]    # Atomic writes leave no temporaries.
+  with open(os.path.join(out, 'tables.md'), encoding='utf-8') as f:
+    index = f.read()
+  assert index.count('## ') == 3 and '](fig3_softmax_combine_b32_imagenet21k.png)' in index
+  assert '9 runs -> 3 tables, 8 figures' in capsys.readouterr().out
+
+
+def test_cli_without_runs_fails_with_a_hint(tmp_path, capsys):
+  assert tables.main(['--runs', str(tmp_path), '--out', str(tmp_path / 'out')]) == 1
+  assert 'make sweep' in capsys.readouterr().err
+  with pytest.raises(FileNotFoundError, match='not a directory'):
+    tables.main(['--runs', str(tmp_path / 'nowhere'), '--out', str(tmp_path)])

@@ -1,0 +1,133 @@
+"""End-to-end tests of the trainer and main.py on the tiny Fashion-MNIST config."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import tiny
+from vmoe import observability
+from vmoe import train_step as train_lib
+from vmoe import trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A short run: 16-image batches (one routing group), upstream eval on 64 test images, few-shot on
+# digits only, with one seed.
+SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_every_steps': 1,
+                               'schedule.warmup_steps': 5, 'eval.every_steps': 20,
+                               'eval.batch_size': 16, 'data.eval_split': 'test[:64]',
+                               'data.train_split': 'train[:4096]',
+                               'fewshot.batch_size': 16, 'fewshot.seeds': 1,
+                               'checkpoint.every_steps': 10, 'wandb.mode': 'disabled'}]
+
+
+def short_config(router='softmax_ec', **overrides):
+  config = tiny.get_config(f'router={router}')
+  for key, value in {**SHORT[1], **overrides}.items():
+    node = config
+    *parents, leaf = key.split('.')
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  config.fewshot.datasets = {'digits': ('train', 'test')}
+  return config
+
+
+def flags(overrides: dict) -> list[str]:
+  return [f'--config.{k}={v}' for k, v in overrides.items()]
+
+
+def losses(workdir: str) -> dict:
+  return {step: m['loss'] for step, m in observability.read_metrics(workdir).items() if 'loss' in m}
+
+
+def test_short_run_learns_and_writes_its_summary(tmp_path):
+  summary = trainer.train_and_evaluate(short_config(), str(tmp_path), 'configs/tiny.py',
+                                       'router=softmax_ec')
+  curve = losses(str(tmp_path))
+  assert sorted(curve) == list(range(1, 41))
+  assert np.mean([curve[s] for s in range(31, 41)]) < 0.9 * np.mean([curve[s] for s in range(1, 6)])
+  with open(tmp_path / 'summary.json', encoding='utf-8') as f:
+    assert json.load(f) == json.loads(json.dumps(summary))
+  assert summary['steps'] == 40 and summary['router'] == 'softmax_ec'
+  assert summary['capacity'] == 1.0 and summary['arch'] == 'XS/7'
+  assert 0.1 < summary['upstream_prec1'] <= 1.0
+  assert set(summary['fewshot']) == {'digits'} and 0.1 < summary['fewshot']['digits']['10'] <= 1
+  assert summary['num_params'] > 0 and summary['flops_per_step'] > 0
+  assert summary['train_device_seconds'] > 0 and summary['device_kind']
+  assert [h['step'] for h in summary['eval_history']] == [20, 40]
+  # Expert choice: every expert's buffer is full.
+  assert summary['router_metrics']['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
+
+
+def test_a_different_config_in_the_same_workdir_is_refused(tmp_path):
+  trainer.guard_workdir(str(tmp_path), short_config())
+  trainer.guard_workdir(str(tmp_path), short_config())     # The same config: accepted.
+  with pytest.raises(ValueError, match='holds a run of a different config.*moe'):
+    trainer.guard_workdir(str(tmp_path), short_config('sinkhorn_ec'))
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+  make_step = train_lib.make_train_step
+
+  def poisoned(*args, **kwargs):
+    step = make_step(*args, **kwargs)
+
+    def nan_from_step_13(state, batch, rng):
+      new_state, metrics = step(state, batch, rng)
+      loss = jnp.where(state.step >= 12, jnp.nan, metrics['loss'])
+      return new_state, {**metrics, 'loss': loss}
+    return nan_from_step_13
+
+  monkeypatch.setattr(train_lib, 'make_train_step', poisoned)
+  with pytest.raises(FloatingPointError, match=r'loss is nan at step 13.*last good checkpoint '
+                                               r'\(step 10\)'):
+    trainer.train_and_evaluate(short_config(), str(tmp_path))
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['10']
+  assert not (tmp_path / 'summary.json').exists()
+
+
+def run_main(workdir, overrides, **kwargs):
+  command = [sys.executable, 'main.py', f'--config=configs/tiny.py:{SHORT[0]}',
+             f'--workdir={workdir}', *flags(overrides)]
+  return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, **kwargs)
+
+
+def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_path):
+  overrides = {**SHORT[1], 'num_train_steps': 200, 'eval.every_steps': 200,
+               'eval.batch_size': 64, 'checkpoint.every_steps': 50, 'fewshot.batch_size': 400,
+               'fewshot.datasets.fashion_mnist': "('train[:4096]', 'test[:1000]')"}
+  killed, whole = tmp_path / 'killed', tmp_path / 'whole'
+  run = run_main(killed, overrides)
+  deadline = time.time() + 300
+  while not os.path.isdir(killed / 'checkpoints' / '50'):      # Orbax renames it when complete.
+    assert run.poll() is None and time.time() < deadline, run.communicate()[0][-3000:]
+    time.sleep(0.01)
+  run.send_signal(signal.SIGKILL)
+  run.wait()
+  killed_at = max(losses(str(killed)))
+  assert run.returncode == -signal.SIGKILL and 50 <= killed_at < 200
+  for workdir in (killed, whole):
+    output = run_main(workdir, overrides).communicate()[0]
+    assert os.path.exists(workdir / 'summary.json'), output[-3000:]
+  resumed, uninterrupted = losses(str(killed)), losses(str(whole))
+  assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 201))
+  assert resumed == uninterrupted
+
+
+def test_bad_flags_fail_before_training_with_a_clear_message(tmp_path):
+  result = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py:router=softmax',
+                           f'--workdir={tmp_path / "a"}'], cwd=REPO, capture_output=True, text=True)
+  assert result.returncode != 0
+  assert "unknown router moe.router.name='softmax'" in result.stderr and 'sinkhorn_ec' in result.stderr
+  typo = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py',
+                         f'--workdir={tmp_path / "b"}', '--config.num_train_step=5'],
+                        cwd=REPO, capture_output=True, text=True)
+  assert typo.returncode != 0 and 'num_train_step' in typo.stderr
+  assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
