@@ -2,6 +2,11 @@
 #   make install   create .venv and install pinned dependencies (idempotent)
 #   make test      the test suite (CI runs exactly this through .ci/run)
 #   make bench     speed benchmarks, results in bench/results/
+#   make demo      the main job: the whole tiny router study on embedded Fashion-MNIST, then its
+#                  tables and figures in results/tiny/ (sweep + tables below)
+#   make sweep ARCH=b32 [SEEDS=3]   the 12 paper runs of one architecture + the softmax-combine
+#                  ablation, in $(WORKDIRS)/ARCH; finished runs are skipped, so a killed sweep resumes
+#   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +15,11 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install test bench fashion-mnist
+.PHONY: install test bench fashion-mnist sweep tables demo
+ARCH ?= tiny
+SEEDS ?= 1
+WORKDIRS ?= workdirs
+TABLES_OUT ?= results/out
 
 install: $(STAMP) fashion-mnist
 
@@ -38,3 +47,14 @@ test: install
 bench: install
 	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
 	$(PY) bench/input_pipeline.py --out bench/results/input_pipeline.json
+
+sweep: install
+	$(PY) -m launch.sweep --arch $(ARCH) --workdir-root $(WORKDIRS) --seeds $(SEEDS) \
+	  --include-ablation --python $(PY)
+
+tables: install
+	$(PY) -m results.tables --runs $(WORKDIRS) --out $(TABLES_OUT)
+
+demo: install
+	$(MAKE) sweep ARCH=tiny
+	$(MAKE) tables WORKDIRS=$(WORKDIRS)/tiny TABLES_OUT=results/tiny

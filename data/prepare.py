@@ -1,6 +1,6 @@
 """One-time data preparation: build a TFDS data set, or add array_record files to one.
 
-  cd /work/main
+  (from the repository root)
   .venv/bin/python -m data.prepare build imagenet2012 --manual_dir=DIR [--data_dir=DIR]
   .venv/bin/python -m data.prepare build imagenet21k/fall11 --manual_dir=DIR [--data_dir=DIR]
   .venv/bin/python -m data.prepare convert DATA_DIR/imagenet2012/5.1.0

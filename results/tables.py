@@ -3,8 +3,9 @@
   python -m results.tables --runs workdirs --out results/out
 
 searches --runs recursively for summary.json files and writes, for each (arch, upstream dataset),
-OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), and the figures
-of results/plots.py (unless --no-figures). Every file is written atomically.
+OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), OUT/claims.md
+(the paper's three claims checked, results/claims.py) and the figures of results/plots.py (unless
+--no-figures). Every file is written atomically.
 
 Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c = 1 block then the
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
@@ -18,6 +19,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from results import claims
 from results import paper
 from results import summaries
 from results.summaries import Run
@@ -228,6 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
     figures = plots.write_figures(runs, args.out)
   written = write_tables(tables, args.out, figures)
+  rows, _ = summaries.group_seeds(runs)
+  verdicts = claims.check(rows)
+  if verdicts:     # The paper's three claims, where the runs have the routers they compare.
+    path = os.path.join(args.out, 'claims.md')
+    atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows)))
+    written.append(path)
   print(f'{len(runs)} runs -> {len(tables)} tables, {len(figures)} figures:')
   for path in written + list(figures):
     print(f'  {path}')

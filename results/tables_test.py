@@ -160,6 +160,9 @@ def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):
     index = f.read()
   assert index.count('## ') == 3 and '](fig3_softmax_combine_b32_imagenet21k.png)' in index
   assert '9 runs -> 3 tables, 8 figures' in capsys.readouterr().out
+  # B/32 c=1 has both token choice routers: claim 2, sinkhorn_tc 35.00 vs softmax_tc 30.00.
+  with open(os.path.join(out, 'claims.md'), encoding='utf-8') as f:
+    assert '| 2. Sinkhorn TC > Softmax TC | 1 | upstream prec@1 | +5.00 | yes |' in f.read()
 
 
 def test_cli_without_runs_fails_with_a_hint(tmp_path, capsys):
