@@ -11,6 +11,7 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 
@@ -115,8 +116,8 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
   first_step = int(state.step)
 
   # 4. Compile the step; its FLOPs come from XLA's cost analysis, its compile time is separate.
-  step_fn = train_lib.with_mixup(train_lib.make_train_step(model, tx, config.loss),
-                                 config.mixup_alpha)
+  step_fn = sharding.with_mesh(train_lib.with_mixup(
+      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   label_shape = (config.batch_size, config.model.num_classes)
   abstract_batch = {'image': images, 'labels': jax.ShapeDtypeStruct(label_shape, jnp.float32)}
@@ -127,7 +128,7 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
           abstract_state, abstract_batch, rng).compile()
   compile_seconds = time.perf_counter() - start
   flops_per_step = flops.compiled_flops(compiled_step)
-  evaluate = evaluators.make(config, model, mesh)
+  evaluate = sharding.with_mesh(evaluators.make(config, model, mesh), mesh)
   num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(abstract_state.params)))
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.',
                num_params, flops_per_step, compile_seconds)
@@ -188,7 +189,8 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
       record['eval_history'].append({'step': step, **results})
       tick = time.perf_counter()
   if stop.requested and step < config.num_train_steps:
-    save(step)
+    if step != last_saved:    # A periodic checkpoint may have just saved this very step.
+      save(step)
     manager.wait_until_finished()
     writer.flush()
     print(f'Interrupted at step {step}: checkpoint saved; rerun the same command to resume.')
@@ -215,5 +217,7 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
   }
   if jax.process_index() == 0:
     atomic.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  # Every process returns only once summary.json exists (launch.sweep checks it to skip a run).
+  multihost_utils.sync_global_devices('summary.json written')
   writer.close()
   return summary

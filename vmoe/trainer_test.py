@@ -121,6 +121,23 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_p
   assert resumed == uninterrupted
 
 
+def test_ctrl_c_saves_a_checkpoint_where_the_run_stands_and_exits_130(tmp_path):
+  overrides = {**SHORT[1], 'num_train_steps': 100000, 'checkpoint.every_steps': 20}
+  run = run_main(tmp_path, overrides)
+  deadline = time.time() + 300
+  while not os.path.isdir(tmp_path / 'checkpoints' / '20'):   # Training is under way.
+    assert run.poll() is None and time.time() < deadline, run.communicate()[0][-3000:]
+    time.sleep(0.01)
+  run.send_signal(signal.SIGINT)
+  output = run.communicate(timeout=300)[0]
+  saved = [int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit()]
+  assert run.returncode == 130, output[-3000:]
+  # keep=1: the interrupt checkpoint replaced step 20's; it is the last step trained.
+  assert len(saved) == 1 and saved[0] == max(losses(str(tmp_path))) >= 20
+  assert f'Interrupted at step {saved[0]}: checkpoint saved' in output
+  assert not (tmp_path / 'summary.json').exists()
+
+
 def test_bad_flags_fail_before_training_with_a_clear_message(tmp_path):
   result = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py:router=softmax',
                            f'--workdir={tmp_path / "a"}'], cwd=REPO, capture_output=True, text=True)
