@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -33,6 +34,7 @@ from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
 from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
 
 BASELINES = ('round_robin', 'dense_mlp')
+IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images (392 = 8 x 49 tokens for B/32).
 # Router settings as in the paper's recipe (noise and balance losses for softmax token choice).
 RECIPE = {'softmax_tc': dict(noise_std=1.0, importance_loss_weight=0.005, load_loss_weight=0.005)}
 
@@ -70,8 +72,11 @@ def build(args):
   else:
     config = routing.RouterConfig(name=args.router, capacity_factor=args.capacity,
                                   **RECIPE.get(args.router, {}))
-    # Each benchmark group is one "image" of group_size tokens, so Soft MoE routes the same S.
-    module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=1, dispatch=args.dispatch)
+    # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 49 or 8 x 197 tokens), which
+    # the sparse routers route together and Soft MoE routes image by image (T = 49 or 197).
+    module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
+                        dispatch=args.dispatch)
+    module = ImageGroups(module)
   params = module.init(jax.random.PRNGKey(1), x, train=False)
   rngs = {'gating': jax.random.PRNGKey(2)}
 
@@ -79,6 +84,19 @@ def build(args):
     out = module.apply(params, x, train=True, rngs=rngs)
     return out if isinstance(out, jax.Array) else out[0] + 0 * out[1]['aux_loss']
   return apply, params, x
+
+
+class ImageGroups(nn.Module):
+  """Feeds groups (G, S, D) to an MoE layer as G * 8 images of S / 8 tokens, as the model does."""
+  layer: nn.Module
+
+  def __call__(self, x, *, train):
+    num_groups, num_tokens, dim = x.shape
+    if num_tokens % IMAGES_PER_GROUP:
+      raise ValueError(f'--group-size {num_tokens} must be {IMAGES_PER_GROUP} images of equal size.')
+    images = x.reshape(num_groups * IMAGES_PER_GROUP, num_tokens // IMAGES_PER_GROUP, dim)
+    y, metrics = self.layer(images, train=train)
+    return y.reshape(x.shape), metrics
 
 
 def time_ms(fn, *args, warmup, repeats):
