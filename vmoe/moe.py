@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vmoe import sharding
 from vmoe.routing import allocation
 from vmoe.routing import router as routing
 
@@ -81,6 +82,9 @@ class Experts(nn.Module):
 
   @nn.compact
   def __call__(self, buffers: jax.Array, *, train: bool) -> jax.Array:
+    # On an expert-sharded mesh each device runs its own experts on every group of its data row:
+    # the compiler's all-to-all brings the tokens here and takes the outputs back (sharding.py).
+    buffers = sharding.constrain(buffers, sharding.EXPERT_BUFFERS)
     dim = buffers.shape[-1]
     # Each expert is initialised like a ViT MLP (Xavier-uniform kernels, near-zero biases).
     kernel_init = nn.initializers.xavier_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))
@@ -92,7 +96,8 @@ class Experts(nn.Module):
     h = jnp.einsum('egcd,edf->egcf', buffers, wi) + bi[:, None, None, :]
     h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))
     y = jnp.einsum('egcf,efd->egcd', h, wo) + bo[:, None, None, :]
-    return nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    y = nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    return sharding.constrain(y, sharding.EXPERT_BUFFERS)
 
 
 class MoeMlp(nn.Module):
@@ -135,6 +140,7 @@ class MoeMlp(nn.Module):
       outputs = experts(dispatch_dense(groups, dense.dispatch), train=train)
       y = combine_dense(outputs, dense.combine)
 
+    y = sharding.constrain(y, sharding.BATCH)   # Combined tokens go back to their images' devices.
     capacity = outputs.shape[2]
     metrics = routing_metrics(route, num_tokens, capacity)
     metrics['aux_loss'] = aux_loss

@@ -1,4 +1,8 @@
-"""Tests of the mesh and sharding rules (one CPU device here; the 8-device tests live in issue 7's suite)."""
+"""Tests of the mesh, sharding rules and multi-process start on this process's one CPU device.
+
+The 8-device expert-parallel step is in vmoe/multidevice_test.py; two processes training together
+are in launch/distributed_test.py.
+"""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -42,3 +46,70 @@ def test_put_batch_assembles_the_global_batch():
   mesh = sharding.make_mesh(mesh_config())
   batch = sharding.put_batch({'image': np.ones((4, 2), np.float32)}, sharding.batch_sharding(mesh))
   assert batch['image'].shape == (4, 2) and batch['image'].sharding.spec == P(('data', 'expert'))
+
+
+def test_mesh_errors_name_the_flag_when_experts_do_not_split():
+  devices = np.array([jax.devices()[0]] * 4).reshape(1, 4)   # Stand-ins: only shapes are checked.
+  mesh = jax.sharding.Mesh(devices, ('data', 'expert'))
+  tree = {'moe': {'experts': {'wi': jax.ShapeDtypeStruct((6, 2, 3), jnp.float32)}}}
+  with pytest.raises(ValueError, match=r'6 experts do not split over mesh.expert=4 devices; set '
+                                       r'--config.mesh.expert to a divisor of 6'):
+    sharding.tree_shardings(tree, mesh)
+
+
+def test_constrain_is_the_identity_without_a_mesh_and_a_constraint_with_one():
+  x = jnp.ones((4, 2))
+  assert sharding.constrain(x, sharding.BATCH) is x     # No mesh in context: nothing to do.
+  mesh = sharding.make_mesh(mesh_config())
+  lowered = jax.jit(sharding.with_mesh(lambda y: sharding.constrain(y, sharding.BATCH) * 2,
+                                       mesh)).lower(x)
+  assert 'sharding_constraint' in lowered.as_text()
+  missing_axis = jax.jit(sharding.with_mesh(lambda y: sharding.constrain(y, P('model')), mesh))
+  assert 'sharding_constraint' not in missing_axis.lower(x).as_text()
+
+
+@pytest.fixture
+def started(monkeypatch):
+  """Records jax.distributed.initialize calls instead of starting a coordinator."""
+  calls = []
+  monkeypatch.setattr(jax.distributed, 'initialize', lambda *args: calls.append(args))
+  for name in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID', 'SLURM_NTASKS',
+               'SLURM_STEP_NODELIST'):
+    monkeypatch.delenv(name, raising=False)
+  return calls
+
+
+def test_one_process_starts_nothing(started):
+  sharding.initialize_distributed()
+  assert started == []
+
+
+def test_explicit_processes_from_arguments_or_environment(started, monkeypatch):
+  sharding.initialize_distributed('localhost:1234', 2, 1)
+  monkeypatch.setenv('JAX_COORDINATOR_ADDRESS', 'host0:999')
+  monkeypatch.setenv('JAX_NUM_PROCESSES', '4')
+  monkeypatch.setenv('JAX_PROCESS_ID', '3')
+  sharding.initialize_distributed()
+  assert started == [('localhost:1234', 2, 1), ('host0:999', 4, 3)]
+
+
+def test_explicit_coordinator_without_a_process_id_says_what_to_pass(started):
+  with pytest.raises(ValueError, match=r'num_processes=2 and process_id=-1; pass --num_processes'):
+    sharding.initialize_distributed('localhost:1234', 2)
+  assert started == []
+
+
+def test_a_slurm_step_of_several_tasks_lets_jax_find_everything(started, monkeypatch):
+  monkeypatch.setenv('SLURM_NTASKS', '1')
+  monkeypatch.setenv('SLURM_STEP_NODELIST', 'node[01-02]')
+  sharding.initialize_distributed()          # One task: one process with every local GPU.
+  monkeypatch.setenv('SLURM_NTASKS', '16')
+  assert sharding.cluster() == 'slurm'
+  sharding.initialize_distributed()
+  assert started == [()]
+
+
+def test_jax_still_has_its_cloud_tpu_flag():
+  # sharding.cluster reads this private flag; a jax upgrade that drops it must fail here.
+  from jax._src import cloud_tpu_init   # pylint: disable=import-outside-toplevel
+  assert cloud_tpu_init.running_in_cloud_tpu_vm is False
