@@ -7,18 +7,27 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from vmoe import sharding
 from vmoe import trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: configs/FILE.py:c=2.',
     lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and summary.json.')
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'host:port of process 0 when several processes run without '
+    'SLURM or Cloud TPU (default: JAX_COORDINATOR_ADDRESS; unset: one process).')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None, 'Processes in the run (default: JAX_NUM_PROCESSES).')
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', None, 'This process, 0 .. num_processes - 1 (default: JAX_PROCESS_ID).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}; use --config.KEY=VALUE.')
+  sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config_file, _, config_arg = flags.FLAGS['config'].config_filename.partition(':')
   trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, config_file, config_arg)
 
