@@ -1,0 +1,170 @@
+"""Training steps per second of the tiny config for each router and the dense ViT (a benchmark).
+
+  python bench/train_step.py --out bench/results/train_step.json       # the grid, as `make bench`
+  python bench/train_step.py --router sinkhorn_ec --capacity 2 --json   # one row, one JSON line
+
+The step is the trainer's (vmoe/trainer.py stages 3 and 4): the state initialised under the mesh's
+shardings, vmoe.train_step's pure step for the config's loss (inside the mixup wrapper) jitted with
+state and batch shardings and the state donated, compiled ahead of time. The batch is synthetic and
+of the config's shape (images (64, 28, 28, 1) float32, one-hot labels (64, 10)), put on the devices
+once, so input is not measured; the step key is fixed, so no host-side fold_in is timed either.
+
+Grid: configs/tiny.py with each paper router at c = 1 and 2, and router=dense (the same ViT with
+dense MLPs: the same active compute as c = 1). Every step is compiled first; then `--rounds` rounds
+visit the models in turn, timing `--steps` consecutive steps of each (bench/moe_layer.py's time_ms:
+the median wall-clock step; the first round warms up with `--warmup` untimed steps). A model's step
+time is the median over rounds, so a slow stretch of a shared machine hits every model alike rather
+than the ones that happened to run then. Ratios to dense use these medians. The trainer issue's
+targets apply at c = 1: every sparse router within 1.3x of the dense step, Soft MoE within 1.2x;
+c = 2 (twice the expert compute) is reported without a target.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import moe_layer  # pylint: disable=g-import-not-at-top
+from configs import common as config_lib  # pylint: disable=g-import-not-at-top
+from configs import tiny  # pylint: disable=g-import-not-at-top
+from vmoe import atomic  # pylint: disable=g-import-not-at-top
+from vmoe import flops  # pylint: disable=g-import-not-at-top
+from vmoe import optim  # pylint: disable=g-import-not-at-top
+from vmoe import sharding  # pylint: disable=g-import-not-at-top
+from vmoe import train_step as train_lib  # pylint: disable=g-import-not-at-top
+from vmoe import vit  # pylint: disable=g-import-not-at-top
+from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
+
+DENSE = config_lib.DENSE
+CAPACITIES = (1, 2)
+# The trainer issue's targets: step time over the dense ViT's, at c = 1.
+TARGET = {'soft_moe': 1.2}
+SPARSE_TARGET = 1.3
+
+
+class Stepper:
+  """The compiled training step of one tiny config with its state; each call runs one step."""
+
+  def __init__(self, router: str, capacity: float):
+    self.router, self.capacity = router, (None if router == DENSE else capacity)
+    config = tiny.get_config(f'router={router},c={capacity:g}')
+    config_lib.validate(config)
+    mesh = sharding.make_mesh(config.mesh)
+    model = vit.build_model(config)
+    tx, _ = optim.make_optimizer(config)
+    init_rng, self.rng = jax.random.split(jax.random.PRNGKey(config.seed))
+    images = np.random.default_rng(0).normal(
+        size=(config.batch_size,) + vit.image_shape(config)).astype(np.float32)
+    classes = np.arange(config.batch_size) % config.model.num_classes
+    labels = np.eye(config.model.num_classes, dtype=np.float32)[classes]
+
+    def init(rng):
+      params = model.init(rng, jnp.zeros(images.shape, images.dtype), train=False)['params']
+      return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                  opt_state=tx.init(params))
+
+    abstract_state = jax.eval_shape(init, init_rng)
+    state_shardings = sharding.tree_shardings(abstract_state, mesh)
+    self.state = jax.jit(init, out_shardings=state_shardings)(init_rng)
+    batch_sharding = sharding.batch_sharding(mesh)
+    self.batch = sharding.put_batch({'image': images, 'labels': labels}, batch_sharding)
+    step_fn = sharding.with_mesh(train_lib.with_mixup(
+        train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
+    self.compiled = jax.jit(
+        step_fn, in_shardings=(state_shardings, batch_sharding, None),
+        out_shardings=(state_shardings, None), donate_argnums=(0,)).lower(
+            self.state, self.batch, self.rng).compile()
+    self.flops_per_step = flops.compiled_flops(self.compiled)
+    self.num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(self.state.params)))
+    self.batch_size = config.batch_size
+
+  def __call__(self):
+    self.state, metrics = self.compiled(self.state, self.batch, self.rng)
+    return self.state, metrics
+
+
+def measure(models: list, args) -> list:
+  """Rows for (router, capacity) `models`, timed round-robin (see the module docstring)."""
+  steppers = [Stepper(router, capacity) for router, capacity in models]
+  round_ms = [[] for _ in steppers]
+  for round_index in range(args.rounds):
+    for stepper, times in zip(steppers, round_ms):
+      times.append(moe_layer.time_ms(stepper, warmup=args.warmup if round_index == 0 else 0,
+                                     repeats=args.steps))
+  rows = []
+  for stepper, times in zip(steppers, round_ms):
+    step_ms = statistics.median(times)
+    rows.append({
+        'router': stepper.router, 'capacity': stepper.capacity, 'batch_size': stepper.batch_size,
+        'step_ms': round(step_ms, 3), 'steps_per_second': round(1e3 / step_ms, 2),
+        'round_ms': [round(t, 3) for t in times], 'flops_per_step': stepper.flops_per_step,
+        'num_params': stepper.num_params})
+  return rows
+
+
+def ratios(rows: list) -> list:
+  """Step time of every MoE row over the dense row's, with the issue's target where it applies."""
+  dense_ms = next(r['step_ms'] for r in rows if r['router'] == DENSE)
+  out = []
+  for row in rows:
+    if row['router'] == DENSE:
+      continue
+    ratio = round(row['step_ms'] / dense_ms, 3)
+    target = TARGET.get(row['router'], SPARSE_TARGET) if row['capacity'] == 1 else None
+    out.append({'router': row['router'], 'capacity': row['capacity'], 'vs_dense': ratio,
+                'target': target, 'meets_target': None if target is None else ratio <= target})
+  return out
+
+
+def run_grid(args):
+  """Times dense and every router at every capacity; writes rows and ratios to args.out."""
+  models = [(DENSE, 1.0)] + [(r, float(c)) for c in args.capacities for r in args.routers]
+  rows = measure(models, args)
+  for row in rows:
+    print(json.dumps(row), flush=True)
+  result_ratios = ratios(rows)
+  for row in result_ratios:
+    print(json.dumps(row), flush=True)
+  atomic.write_json(args.out, {
+      'machine': {'platform': platform.platform(), 'device': str(jax.devices()[0].device_kind),
+                  'num_devices': jax.device_count(), 'cpu_count': os.cpu_count(),
+                  'jax': jax.__version__},
+      'method': f'configs/tiny.py training step (trainer path, synthetic batch); {args.rounds} '
+                f'round-robin rounds of {args.steps} steps per model after {args.warmup} warm-up '
+                'steps; step_ms = median over rounds of each round\'s median step',
+      'rows': rows, 'ratios': result_ratios})
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--router', help=f'one row: {DENSE} or one of {sorted(routing.ROUTERS)}')
+  parser.add_argument('--capacity', type=float, default=1.0, help='c (k for token choice)')
+  parser.add_argument('--routers', default=','.join(routing.PAPER_ROUTERS),
+                      help='the grid\'s routers, comma-separated')
+  parser.add_argument('--capacities', default=','.join(map(str, CAPACITIES)))
+  parser.add_argument('--warmup', type=int, default=5)
+  parser.add_argument('--rounds', type=int, default=15)
+  parser.add_argument('--steps', type=int, default=10, help='timed steps per model and round')
+  parser.add_argument('--json', action='store_true', help='one row: print only the JSON line')
+  parser.add_argument('--out', default='bench/results/train_step.json')
+  args = parser.parse_args(argv)
+  args.routers = [r for r in args.routers.split(',') if r]
+  args.capacities = [float(c) for c in args.capacities.split(',') if c]
+  for name in ([args.router] if args.router else args.routers):
+    if name != DENSE:
+      routing.get_router_spec(name)
+  if args.router is None:
+    run_grid(args)
+    return
+  row, = measure([(args.router, args.capacity)], args)
+  print(json.dumps(row) if args.json else json.dumps(row, indent=1))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,56 @@
+"""The training-step benchmark runs the tiny config's step and derives its ratios (no timing)."""
+import json
+import statistics
+
+import pytest
+
+from bench import train_step
+
+
+def test_grid_writes_rows_and_ratios_from_them(tmp_path, capsys):
+  out = tmp_path / 'train_step.json'
+  train_step.main(['--routers', 'softmax_tc', '--capacities', '1', '--warmup', '1', '--rounds',
+                   '2', '--steps', '1', '--out', str(out)])
+  capsys.readouterr()
+  result = json.loads(out.read_text())
+  assert set(result) == {'machine', 'method', 'rows', 'ratios'}
+  dense, moe = result['rows']
+  assert (dense['router'], dense['capacity']) == ('dense', None)
+  assert (moe['router'], moe['capacity']) == ('softmax_tc', 1.0)
+  for row in (dense, moe):
+    assert row['batch_size'] == 64 and len(row['round_ms']) == 2
+    # step_ms is the median over rounds (of two rounds: their mean), before rounding.
+    assert row['step_ms'] == pytest.approx(statistics.median(row['round_ms']), abs=1e-3)
+    assert row['steps_per_second'] == round(1e3 / row['step_ms'], 2)
+    assert row['flops_per_step'] > 0
+  # Two MoE layers of E = 8 experts replace two dense MLPs: more parameters than the dense ViT.
+  assert moe['num_params'] > dense['num_params']
+  ratio = round(moe['step_ms'] / dense['step_ms'], 3)
+  assert result['ratios'] == [{'router': 'softmax_tc', 'capacity': 1.0, 'vs_dense': ratio,
+                               'target': 1.3, 'meets_target': ratio <= 1.3}]
+
+
+def test_ratios_hand_worked():
+  row = lambda router, capacity, ms: {'router': router, 'capacity': capacity, 'step_ms': ms}
+  rows = [row('dense', None, 10.0), row('sinkhorn_ec', 1.0, 12.5), row('soft_moe', 1.0, 12.5),
+          row('sinkhorn_ec', 2.0, 20.0)]
+  # 12.5 / 10 = 1.25: within sinkhorn_ec's 1.3, outside Soft MoE's 1.2; c = 2 has no target.
+  assert train_step.ratios(rows) == [
+      {'router': 'sinkhorn_ec', 'capacity': 1.0, 'vs_dense': 1.25, 'target': 1.3,
+       'meets_target': True},
+      {'router': 'soft_moe', 'capacity': 1.0, 'vs_dense': 1.25, 'target': 1.2,
+       'meets_target': False},
+      {'router': 'sinkhorn_ec', 'capacity': 2.0, 'vs_dense': 2.0, 'target': None,
+       'meets_target': None}]
+
+
+def test_one_row_json(capsys):
+  train_step.main(['--router', 'dense', '--warmup', '1', '--rounds', '1', '--steps', '1',
+                   '--json'])
+  row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert row['router'] == 'dense' and row['capacity'] is None and row['step_ms'] > 0
+
+
+def test_unknown_router_fails_listing_valid_ones():
+  with pytest.raises(ValueError, match='unknown router .*valid routers'):
+    train_step.main(['--router', 'hash'])
