@@ -147,7 +147,7 @@ def ratios(rows: list) -> list:
 def run_all(args):
   rows = []
   for group_size in (392, 1576):          # The issue's B/32-like and B/16-like group sizes.
-    for capacity in (1, 2):
+    for capacity in args.capacities:
       names = list(routing.PAPER_ROUTERS) + list(BASELINES)
       for name in names:
         dispatches = ['indices'] + (['einsum'] if name not in BASELINES + ('soft_moe',) else [])
@@ -180,6 +180,8 @@ def main(argv=None):
   parser.add_argument('--repeats', type=int, default=5)
   parser.add_argument('--json', action='store_true', help='print only the JSON line')
   parser.add_argument('--all', action='store_true', help='the full grid of `make bench`')
+  parser.add_argument('--capacities', type=float, nargs='+', default=[1, 2],
+                      help='capacities of the --all grid (the issue\'s targets are at c=1)')
   parser.add_argument('--out', default='bench/results/moe_layer.json')
   args = parser.parse_args(argv)
   if args.router not in BASELINES:
