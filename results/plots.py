@@ -19,7 +19,6 @@ import dataclasses
 import io
 import os
 import sys
-import tempfile
 from typing import Sequence
 
 import matplotlib
@@ -30,6 +29,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star. Other routers (e.g. dense) get a diamond.
@@ -53,15 +53,11 @@ class Point:
 
 
 def save_png(fig, path: str) -> str:
-  """Renders `fig` to PNG, then renames it over `path` (vmoe/atomic.py writes text only)."""
+  """Renders `fig` to PNG and writes it atomically (a reader sees the old figure or the new one)."""
   buffer = io.BytesIO()
   fig.savefig(buffer, format='png', dpi=120, bbox_inches='tight')
   plt.close(fig)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(path)), suffix='.png.tmp',
-                                   delete=False) as f:
-    f.write(buffer.getvalue())
-  os.replace(f.name, path)     # A reader sees the old figure or the new one, never half.
+  atomic.write_bytes(path, buffer.getvalue())
   return path
 
 
