@@ -137,6 +137,9 @@ class MoeMlp(nn.Module):
       if isinstance(route, routing.SparseRouting):
         dense = routing.DenseRouting(*jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
             route.slot_token, route.slot_weight, num_tokens))
+      # The (G, S, E, C) tensors stay with their groups; unconstrained, the partitioner splits
+      # them over E and the backward pass all-gathers every image's tokens (Soft MoE, B/32).
+      dense = jax.tree.map(lambda a: sharding.constrain(a, sharding.BATCH), dense)
       outputs = experts(dispatch_dense(groups, dense.dispatch), train=train)
       y = combine_dense(outputs, dense.combine)
 
