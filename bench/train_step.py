@@ -26,7 +26,6 @@ import statistics
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,6 +37,7 @@ from vmoe import flops  # pylint: disable=g-import-not-at-top
 from vmoe import optim  # pylint: disable=g-import-not-at-top
 from vmoe import sharding  # pylint: disable=g-import-not-at-top
 from vmoe import train_step as train_lib  # pylint: disable=g-import-not-at-top
+from vmoe import trainer  # pylint: disable=g-import-not-at-top
 from vmoe import vit  # pylint: disable=g-import-not-at-top
 from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
 
@@ -64,22 +64,14 @@ class Stepper:
     classes = np.arange(config.batch_size) % config.model.num_classes
     labels = np.eye(config.model.num_classes, dtype=np.float32)[classes]
 
-    def init(rng):
-      params = model.init(rng, jnp.zeros(images.shape, images.dtype), train=False)['params']
-      return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                                  opt_state=tx.init(params))
-
+    init = train_lib.init_fn(model, tx, images.shape)
     abstract_state = jax.eval_shape(init, init_rng)
     state_shardings = sharding.tree_shardings(abstract_state, mesh)
     self.state = jax.jit(init, out_shardings=state_shardings)(init_rng)
     batch_sharding = sharding.batch_sharding(mesh)
     self.batch = sharding.put_batch({'image': images, 'labels': labels}, batch_sharding)
-    step_fn = sharding.with_mesh(train_lib.with_mixup(
-        train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
-    self.compiled = jax.jit(
-        step_fn, in_shardings=(state_shardings, batch_sharding, None),
-        out_shardings=(state_shardings, None), donate_argnums=(0,)).lower(
-            self.state, self.batch, self.rng).compile()
+    self.compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
+        self.state, self.batch, self.rng).compile()
     self.flops_per_step = flops.compiled_flops(self.compiled)
     self.num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(self.state.params)))
     self.batch_size = config.batch_size

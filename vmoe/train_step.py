@@ -23,6 +23,14 @@ class TrainState:
   opt_state: Any
 
 
+def init_fn(model: nn.Module, tx: optax.GradientTransformation, image_shape: tuple):
+  """rng -> a fresh TrainState for batches of images of `image_shape` (B, H, W, C)."""
+  def init(rng: jax.Array) -> TrainState:
+    params = model.init(rng, jnp.zeros(image_shape, jnp.float32), train=False)['params']
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+  return init
+
+
 def classification_loss(logits: jax.Array, labels: jax.Array, kind: str) -> jax.Array:
   """Batch mean of the per-example loss `kind` ('sigmoid_xent' for multi-label sources such as JFT
   and ImageNet-21k, as V-MoE; 'softmax_xent'): the evaluator's own definitions."""

@@ -73,6 +73,15 @@ def first_non_finite(pending: list):
   return None
 
 
+def build_step(config, model, tx, mesh, state_shardings):
+  """The training step of `config` (mixup, MoE constraints on `mesh`), jitted with its shardings:
+  (state, batch, rng) -> (state, metrics), the state donated."""
+  step_fn = sharding.with_mesh(train_lib.with_mixup(
+      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
+  return jax.jit(step_fn, in_shardings=(state_shardings, sharding.batch_sharding(mesh), None),
+                 out_shardings=(state_shardings, None), donate_argnums=(0,))
+
+
 def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: str = '') -> dict:
   """Trains `config` in `workdir` (resuming if it holds checkpoints) and returns the summary."""
   # 1. Checks before anything compiles.
@@ -93,14 +102,8 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
 
   # 3. State: the newest complete checkpoint, or a fresh initialisation.
   init_rng, rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  image_shape = (config.batch_size,) + vit.image_shape(config)
-  images = jax.ShapeDtypeStruct(image_shape, jnp.float32)
-
-  def init(rng):
-    params = model.init(rng, jnp.zeros(images.shape, images.dtype), train=False)['params']
-    return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                                opt_state=tx.init(params))
-
+  images = jax.ShapeDtypeStruct((config.batch_size,) + vit.image_shape(config), jnp.float32)
+  init = train_lib.init_fn(model, tx, images.shape)
   abstract_state = jax.eval_shape(init, init_rng)
   state_shardings = sharding.tree_shardings(abstract_state, mesh)
   manager = checkpointing.make_manager(workdir, config.checkpoint.keep)
@@ -116,16 +119,12 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
   first_step = int(state.step)
 
   # 4. Compile the step; its FLOPs come from XLA's cost analysis, its compile time is separate.
-  step_fn = sharding.with_mesh(train_lib.with_mixup(
-      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   label_shape = (config.batch_size, config.model.num_classes)
   abstract_batch = {'image': images, 'labels': jax.ShapeDtypeStruct(label_shape, jnp.float32)}
   start = time.perf_counter()
-  compiled_step = jax.jit(
-      step_fn, in_shardings=(state_shardings, batch_sharding, None),
-      out_shardings=(state_shardings, None), donate_argnums=(0,)).lower(
-          abstract_state, abstract_batch, rng).compile()
+  compiled_step = build_step(config, model, tx, mesh, state_shardings).lower(
+      abstract_state, abstract_batch, rng).compile()
   compile_seconds = time.perf_counter() - start
   flops_per_step = flops.compiled_flops(compiled_step)
   evaluate = sharding.with_mesh(evaluators.make(config, model, mesh), mesh)
