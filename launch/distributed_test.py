@@ -11,7 +11,8 @@ from vmoe import observability
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two processes of one CPU device each; mesh.expert=2 splits the 8 experts over the two processes,
 # so the tokens' all-to-all crosses processes. The mu/7 model (one MoE layer), routing groups of 4
-# images, 8 images per process; checkpoints at steps 3 and 6; evaluation once, at the end.
+# images, 8 images per process; checkpoints at steps 3 and 6; evaluation once, at the end, with
+# 200-image few-shot sets.
 OVERRIDES = {
     'model.variant': 'mu/7', 'moe.group_size': 4, 'batch_size': 16, 'num_train_steps': 6,
     'schedule.warmup_steps': 1, 'log_every_steps': 1, 'mesh.expert': 2,
@@ -19,6 +20,7 @@ OVERRIDES = {
     'data.train_split': 'train[:512]', 'data.eval_split': 'test[:64]', 'data.shuffle_buffer': 512,
     'eval.every_steps': 6, 'eval.batch_size': 16,
     'fewshot.every_steps': 6, 'fewshot.batch_size': 16, 'fewshot.seeds': 1,
+    'fewshot.datasets.digits': "('train[:200]', 'test[:200]')",
     'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')", 'wandb.mode': 'disabled',
 }
 # Without LLVM optimisation and fusion emitters the steps compile several times faster; the

@@ -9,7 +9,8 @@
 #
 # Every process runs the same command with JAX_COORDINATOR_ADDRESS (localhost, a free port or
 # COORDINATOR_PORT), JAX_NUM_PROCESSES and JAX_PROCESS_ID set (read by vmoe/sharding.py);
-# process i's output lines start with "[i] ". Exits with the first failing process's status.
+# process i's output lines start with "[i] ". The exit status is that of the lowest-numbered
+# process that failed (0 if none did).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -18,14 +19,19 @@ NUM_PROCESSES=${NUM_PROCESSES:-1}
 if [[ $NUM_PROCESSES == 1 ]]; then
   exec "$PYTHON" "$@"
 fi
-PORT=${COORDINATOR_PORT:-$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}
-pids=()
+free_port='import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+PORT=${COORDINATOR_PORT:-$("$PYTHON" -c "$free_port")}
+pids=() prefixers=()
 trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM   # Each process checkpoints and exits.
 trap ':' INT     # Ctrl-C reaches every process itself (same process group): wait for them.
 for ((i = 0; i < NUM_PROCESSES; i++)); do
+  # The prefixer outlives signals, so a process checkpointing after Ctrl-C can still print.
+  exec {out}> >(trap '' INT TERM; exec sed -u "s/^/[$i] /")
+  prefixers+=($!)
   JAX_COORDINATOR_ADDRESS=localhost:$PORT JAX_NUM_PROCESSES=$NUM_PROCESSES JAX_PROCESS_ID=$i \
-    "$PYTHON" "$@" > >(sed -u "s/^/[$i] /") 2>&1 &
+    "$PYTHON" "$@" >&"$out" 2>&1 &
   pids+=($!)
+  exec {out}>&-
 done
 status=0
 for pid in "${pids[@]}"; do
@@ -35,4 +41,5 @@ for pid in "${pids[@]}"; do
   done
   [[ $status != 0 ]] || status=$code
 done
+wait "${prefixers[@]}" 2>/dev/null || true   # The last lines of output.
 exit "$status"

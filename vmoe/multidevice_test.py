@@ -27,9 +27,17 @@ import re
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+
+from configs import tiny
+from vmoe import optim
+from vmoe import sharding
+from vmoe import train_step as train_lib
+from vmoe import vit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
@@ -45,7 +53,6 @@ PEAK_LR = 2e-3   # configs/tiny.py PEAK_LR: with no warm-up, the first step's le
 
 def small_config(router: str):
   """configs/tiny.py with the mu/7 model, 2-image groups, 16 images and no warm-up."""
-  from configs import tiny   # pylint: disable=import-outside-toplevel
   config = tiny.get_config(f'router={router}')
   config.model.variant = 'mu/7'
   config.moe.group_size = GROUP_SIZE
@@ -69,8 +76,6 @@ def collectives(hlo_text: str) -> dict:
 
 def run_steps(config, mesh, state, batch: dict):
   """STEPS compiled train steps on `mesh` from `state`: (state, [metrics], compiled text)."""
-  import jax   # pylint: disable=import-outside-toplevel
-  from vmoe import optim, sharding, train_step as train_lib, vit  # pylint: disable=import-outside-toplevel
   model = vit.build_model(config)
   tx, _ = optim.make_optimizer(config)
   state_shardings = sharding.tree_shardings(state, mesh)
@@ -90,7 +95,6 @@ def run_steps(config, mesh, state, batch: dict):
 
 def abs_diffs(a, b) -> dict:
   """{leaf path: largest |a - b|} of two trees of the same structure."""
-  import jax   # pylint: disable=import-outside-toplevel
   leaves = jax.tree_util.tree_flatten_with_path(jax.device_get(a))[0]
   return {jax.tree_util.keystr(path): float(np.max(np.abs(x - y), initial=0.0))
           for (path, x), y in zip(leaves, jax.tree.leaves(jax.device_get(b)))}
@@ -98,9 +102,6 @@ def abs_diffs(a, b) -> dict:
 
 def compare(router: str) -> dict:
   """1-device vs 8-device steps of `router`: the differences and what the 8-device HLO holds."""
-  import jax   # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp   # pylint: disable=import-outside-toplevel
-  from vmoe import optim, sharding, train_step as train_lib, vit  # pylint: disable=import-outside-toplevel
   config = small_config(router)
   model = vit.build_model(config)
   tx, _ = optim.make_optimizer(config)
