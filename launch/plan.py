@@ -45,6 +45,7 @@ from vmoe import flops   # pylint: disable=wrong-import-position
 from vmoe import optim   # pylint: disable=wrong-import-position
 from vmoe import sharding   # pylint: disable=wrong-import-position
 from vmoe import train_step as train_lib   # pylint: disable=wrong-import-position
+from vmoe import trainer   # pylint: disable=wrong-import-position
 from vmoe import vit   # pylint: disable=wrong-import-position
 
 GIB = 2 ** 30
@@ -104,20 +105,11 @@ def measure(config, devices) -> dict:
   images = jax.ShapeDtypeStruct((config.batch_size,) + vit.image_shape(config), jnp.float32)
   labels = jax.ShapeDtypeStruct((config.batch_size, config.model.num_classes), jnp.float32)
   rng = jax.random.PRNGKey(0)
-
-  def init(rng):
-    params = model.init(rng, jnp.zeros(images.shape), train=False)['params']
-    return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                                opt_state=tx.init(params))
-
-  state = jax.eval_shape(init, rng)
+  state = jax.eval_shape(train_lib.init_fn(model, tx, images.shape), rng)
   state_shardings = sharding.tree_shardings(state, mesh)
-  step = sharding.with_mesh(train_lib.with_mixup(
-      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
   start = time.process_time()
-  compiled = jax.jit(step, in_shardings=(state_shardings, sharding.batch_sharding(mesh), None),
-                     out_shardings=(state_shardings, None), donate_argnums=(0,)).lower(
-                         state, {'image': images, 'labels': labels}, rng).compile(FAST_COMPILE)
+  compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
+      state, {'image': images, 'labels': labels}, rng).compile(FAST_COMPILE)
   memory = compiled.memory_analysis()
   params = jax.tree.leaves(state.params)
   return {

@@ -28,7 +28,6 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -37,6 +36,7 @@ from configs import tiny
 from vmoe import optim
 from vmoe import sharding
 from vmoe import train_step as train_lib
+from vmoe import trainer
 from vmoe import vit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,16 +75,14 @@ def collectives(hlo_text: str) -> dict:
 
 
 def run_steps(config, mesh, state, batch: dict):
-  """STEPS compiled train steps on `mesh` from `state`: (state, [metrics], compiled text)."""
+  """STEPS of the trainer's compiled step on `mesh` from host `state`: (state, [metrics], HLO)."""
   model = vit.build_model(config)
   tx, _ = optim.make_optimizer(config)
   state_shardings = sharding.tree_shardings(state, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
-  step = sharding.with_mesh(train_lib.make_train_step(model, tx, config.loss), mesh)
-  compiled = jax.jit(step, in_shardings=(state_shardings, batch_sharding, None),
-                     out_shardings=(state_shardings, None)).lower(
-                         state, batch, jax.random.PRNGKey(0)).compile()
-  state = jax.device_put(state, state_shardings)
+  compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
+      state, batch, jax.random.PRNGKey(0)).compile()
+  state = jax.device_put(state, state_shardings)     # Fresh buffers: the step donates them.
   batch = sharding.put_batch(batch, batch_sharding)
   metrics = []
   for i in range(STEPS):
@@ -109,10 +107,7 @@ def compare(router: str) -> dict:
   shape = (config.batch_size,) + vit.image_shape(config)
   batch = {'image': rng.uniform(-1, 1, shape).astype(np.float32),
            'labels': np.eye(10, dtype=np.float32)[rng.integers(0, 10, config.batch_size)]}
-  params = jax.jit(lambda r: model.init(r, jnp.zeros(shape), train=False)['params'])(
-      jax.random.PRNGKey(0))
-  state = train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                               opt_state=tx.init(params))
+  state = jax.device_get(jax.jit(train_lib.init_fn(model, tx, shape))(jax.random.PRNGKey(0)))
   mesh_1 = sharding.make_mesh(ml_collections.ConfigDict({'data': 1, 'expert': 1}),
                               jax.devices()[:1])
   mesh_8 = sharding.make_mesh(config.mesh)
