@@ -1,7 +1,7 @@
 """One architecture's grid of paper runs, one after another, resumable.
 
   python -m launch.sweep --arch b32 --workdir-root workdirs [--seeds 1] [--include-ablation]
-                         [--dry-run]
+                         [--dry-run] [--config.KEY=VALUE ...]
 
 The grid (paper Sec. 4.1): the six routers x capacity c in {1, 2} (k for token choice), 12 runs;
 with --include-ablation also Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the
@@ -9,7 +9,8 @@ paper's Figure 3). Seeds 0..N-1 with --seeds N, seed by seed. Each run is one co
   .venv/bin/python main.py --config=configs/b32_sinkhorn_tc.py:c=2 \\
       --workdir=workdirs/b32/sinkhorn_tc_c2_nosmc_s1 \\
       --config.moe.router.softmax_combine=False --config.seed=1
-(tiny: --config=configs/tiny.py:router=sinkhorn_tc,c=2), run from the repository root.
+(tiny: --config=configs/tiny.py:router=sinkhorn_tc,c=2), run from the repository root. Extra
+--config.KEY=VALUE arguments (e.g. --config.mesh.expert=32 on a TPU v3-32) go to every run.
 
 Resumable: a run whose workdir holds summary.json (the trainer writes it atomically as its last
 act) is skipped, so a killed sweep, rerun, starts no finished run again; an unfinished run starts
@@ -187,10 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--dry-run', action='store_true', help='Print the commands; run nothing.')
   parser.add_argument('--python', default=DEFAULT_PYTHON, help='Interpreter for main.py.')
-  args = parser.parse_args(argv)
+  args, overrides = parser.parse_known_args(argv)
+  bad = [a for a in overrides if not a.startswith('--config.')]
+  if bad:
+    parser.error(f'unrecognized arguments: {" ".join(bad)} (only --config.KEY=VALUE overrides '
+                 'are passed on to every run)')
   runs = make_grid(args.arch, args.seeds, args.include_ablation)
   check_repository(runs, args.python)
-  command = lambda run, workdir: main_py_command(run, workdir, args.python)
+  command = lambda run, workdir: main_py_command(run, workdir, args.python) + overrides
   return run_sweep(runs, args.workdir_root, command, dry_run=args.dry_run)
 
 

@@ -182,3 +182,11 @@ def test_cli_dry_run_from_the_repository(tmp_path, monkeypatch, capsys):
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 28 and '--config.seed=1' in lines[-1]
   assert os.listdir(tmp_path) == []
+  # --config.* overrides reach every run; anything else is refused.
+  assert sweep.main(['--arch', 'b32', '--workdir-root', str(tmp_path), '--dry-run',
+                     '--python', sys.executable, '--config.mesh.expert=32']) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 12 and all(l.endswith('--config.mesh.expert=32') for l in lines)
+  with pytest.raises(SystemExit):
+    sweep.main(['--arch', 'b32', '--workdir-root', str(tmp_path), '--mesh=8'])
+  assert 'only --config.KEY=VALUE overrides' in capsys.readouterr().err
