@@ -4,8 +4,8 @@
 #
 #   launch/local.sh main.py --config=configs/tiny.py:router=sinkhorn_ec --workdir=workdirs/t
 #   NUM_PROCESSES=2 launch/local.sh main.py --config=configs/tiny.py --workdir=workdirs/t2 \
-#       --config.mesh.expert=2
-#   launch/local.sh -m launch.sweep --arch b32 --workdir-root workdirs   # 8 GPUs, one process
+#       --config.mesh.expert=2 --config.moe.group_size=8   # 8-image groups split 200-image eval halves
+#   launch/local.sh -m launch.sweep --arch b32 --workdir-root workdirs --config.mesh.expert=8
 #
 # Every process runs the same command with JAX_COORDINATOR_ADDRESS (localhost, a free port or
 # COORDINATOR_PORT), JAX_NUM_PROCESSES and JAX_PROCESS_ID set (read by vmoe/sharding.py);

@@ -5,11 +5,14 @@
 #
 #   sbatch launch/slurm.sh main.py --config=configs/b32_sinkhorn_ec.py:c=1 \
 #       --workdir=/shared/workdirs/b32/sinkhorn_ec_c1 --config.mesh.expert=8
-#   sbatch --nodes=8 launch/slurm.sh -m launch.sweep --arch b32 --workdir-root /shared/workdirs
+#   sbatch --nodes=8 launch/slurm.sh -m launch.sweep --arch b32 --workdir-root /shared/workdirs \
+#       --config.mesh.expert=32
 #
-# Submit from the repository root (the job runs there). Workdirs must be on a filesystem every
-# node sees: orbax writes each process's shards into the same checkpoint. A requeued or
-# resubmitted job resumes from the newest checkpoint. Edit the #SBATCH lines for your cluster.
+# GPUs need `.venv/bin/pip install "jax[cuda12]==0.10.2"` after `make install` (requirements.txt
+# pins the CPU build). Submit from the repository root (the job runs there). Workdirs must be on a
+# filesystem every node sees: orbax writes each process's shards into the same checkpoint. A
+# requeued or resubmitted job resumes from the newest checkpoint. Edit the #SBATCH lines for your
+# cluster.
 #SBATCH --job-name=vmoe
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8

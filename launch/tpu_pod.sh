@@ -6,10 +6,11 @@
 #       --config=configs/b32_sinkhorn_ec.py:c=1 --workdir=/mnt/shared/b32/sinkhorn_ec_c1 \
 #       --config.mesh.expert=32
 #   TPU=my-v3-32 ZONE=europe-west4-a DETACH=1 launch/tpu_pod.sh -m launch.sweep --arch b32 \
-#       --workdir-root /mnt/shared/workdirs
+#       --workdir-root /mnt/shared/workdirs --config.mesh.expert=32
 #
 # Each worker needs this repository at REPO_DIR (default: ~/vmoe-routers, relative to the home
-# directory) after `make install`.
+# directory) after `make install` and `.venv/bin/pip install "jax[tpu]==0.10.2"` (requirements.txt
+# pins the CPU build).
 # Workdirs must be on storage every worker sees (a Filestore/NFS mount or gcsfuse): orbax writes
 # each worker's shards into the same checkpoint. DETACH=1 keeps the run going after ssh ends,
 # logging to REPO_DIR/tpu_pod.log on every worker.
