@@ -4,7 +4,7 @@
 #
 #   launch/local.sh main.py --config=configs/tiny.py:router=sinkhorn_ec --workdir=workdirs/t
 #   NUM_PROCESSES=2 launch/local.sh main.py --config=configs/tiny.py --workdir=workdirs/t2 \
-#       --config.mesh.expert=2 --config.moe.group_size=8   # 8-image groups split 200-image eval halves
+#       --config.mesh.expert=2 --config.moe.group_size=8   # 8 divides 200 eval images/device
 #   launch/local.sh -m launch.sweep --arch b32 --workdir-root workdirs --config.mesh.expert=8
 #
 # Every process runs the same command with JAX_COORDINATOR_ADDRESS (localhost, a free port or
