@@ -6,6 +6,7 @@
 #                  tables and figures in results/tiny/ (sweep + tables below)
 #   make sweep ARCH=b32 [SEEDS=3]   the 12 paper runs of one architecture + the softmax-combine
 #                  ablation, in $(WORKDIRS)/ARCH; finished runs are skipped, so a killed sweep resumes
+#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models (~11 CPU-min)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +16,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install test bench fashion-mnist sweep tables demo
+.PHONY: install test bench fashion-mnist sweep tables demo plan
 ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
@@ -59,3 +60,6 @@ tables: install
 demo: install
 	$(MAKE) sweep ARCH=tiny
 	$(MAKE) tables WORKDIRS=$(WORKDIRS)/tiny TABLES_OUT=results/tiny
+
+plan: install
+	$(PY) -m launch.plan --out docs/scaling.md
