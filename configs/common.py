@@ -213,7 +213,8 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
                                   _imagenet_fewshot_pp(image_size), batch_size=4096,
                                   every_steps=25_000)
-  config.checkpoint = mlc.ConfigDict({'every_steps': 1_000, 'keep': 1})  # V-MoE save_checkpoint.
+  # V-MoE save_checkpoint: every 1000 steps, keep 1; saved in the background.
+  config.checkpoint = mlc.ConfigDict({'every_steps': 1_000, 'keep': 1, 'asynchronous': True})
   config.wandb = mlc.ConfigDict({'mode': 'offline', 'project': 'vmoe-routers'})
   config.mesh = mlc.ConfigDict({'data': -1, 'expert': 1})
   if arg.runlocal:

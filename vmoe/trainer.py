@@ -106,7 +106,8 @@ def train_and_evaluate(config, workdir: str, config_file: str = '', config_arg: 
   init = train_lib.init_fn(model, tx, images.shape)
   abstract_state = jax.eval_shape(init, init_rng)
   state_shardings = sharding.tree_shardings(abstract_state, mesh)
-  manager = checkpointing.make_manager(workdir, config.checkpoint.keep)
+  manager = checkpointing.make_manager(workdir, config.checkpoint.keep,
+                                       config.checkpoint.asynchronous)
   restored = checkpointing.restore_latest(
       manager, checkpointing.abstract_with_shardings(abstract_state, state_shardings))
   if restored is None:
