@@ -99,6 +99,12 @@ class ImageGroups(nn.Module):
     return y.reshape(x.shape), metrics
 
 
+def machine() -> dict:
+  """What a benchmark file records of the machine it was measured on."""
+  return {'platform': platform.platform(), 'device': str(jax.devices()[0].device_kind),
+          'num_devices': jax.device_count(), 'cpu_count': os.cpu_count(), 'jax': jax.__version__}
+
+
 def time_ms(fn, *args, warmup, repeats):
   """Median wall-clock milliseconds of fn(*args) after `warmup` calls (compilation included)."""
   for _ in range(warmup):
@@ -158,8 +164,7 @@ def run_all(args):
           print(json.dumps(row), flush=True)
           rows.append(row)
   atomic.write_json(args.out, {
-      'machine': {'platform': platform.platform(), 'device': str(jax.devices()[0].device_kind),
-                  'cpu_count': os.cpu_count(), 'jax': jax.__version__},
+      'machine': machine(),
       'method': f'median of {args.repeats} calls after {args.warmup} warm-up calls, jitted; '
                 f'{args.groups} groups per call',
       'rows': rows, 'ratios': ratios(rows)})

@@ -21,7 +21,6 @@ c = 2 (twice the expert compute) is reported without a target.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 
@@ -124,9 +123,7 @@ def run_grid(args):
   for row in result_ratios:
     print(json.dumps(row), flush=True)
   atomic.write_json(args.out, {
-      'machine': {'platform': platform.platform(), 'device': str(jax.devices()[0].device_kind),
-                  'num_devices': jax.device_count(), 'cpu_count': os.cpu_count(),
-                  'jax': jax.__version__},
+      'machine': moe_layer.machine(),
       'method': f'configs/tiny.py training step (trainer path, synthetic batch); {args.rounds} '
                 f'round-robin rounds of {args.steps} steps per model after {args.warmup} warm-up '
                 'steps; step_ms = median over rounds of each round\'s median step',

@@ -97,7 +97,7 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
           'importance_loss_weight': 0.005 if balanced else 0.0,
           'load_loss_weight': 0.005 if balanced else 0.0,
           'sinkhorn_iters': 20,   # Entropic OT iterations (affinity.sinkhorn).
-          'sparsity_steps': 20,   # Dual ascent steps of the sparsity-constrained OT solver.
+          'sparsity_steps': 10,   # L-BFGS steps on the sparsity-constrained OT semi-dual.
       },
   })
 

@@ -109,3 +109,29 @@ def test_affinity_errors():
     affinity.sparsity_constrained(scores, capacity=9)
   with pytest.raises(ValueError, match='num_steps >= 0'):
     affinity.sparsity_constrained(scores, capacity=2, num_steps=-1)
+  with pytest.raises(ValueError, match='memory_size >= 1'):
+    affinity.sparsity_constrained(scores, capacity=2, memory_size=0)
+  with pytest.raises(ValueError, match='unknown line search .*backtracking, zoom'):
+    affinity.sparsity_constrained(scores, capacity=2, linesearch='wolfe')
+
+
+def test_semi_dual_gradient_is_one_minus_row_sums():
+  # The closed form (Danskin) matches autodiff through the projection wherever F is smooth.
+  scores_t = jax.nn.softmax(random_logits(5, 24, 4, 1.0)).T
+  alpha = 0.01 * jax.random.normal(jax.random.PRNGKey(6), (24,))
+  value, grad = affinity._semi_dual_value_and_grad(alpha, scores_t, 6.0, 6)
+  autodiff = jax.grad(lambda a: affinity._semi_dual_value_and_grad(a, scores_t, 6.0, 6)[0])(alpha)
+  np.testing.assert_allclose(grad, autodiff, atol=1e-5)
+  assert np.isfinite(value)
+
+
+@pytest.mark.parametrize('linesearch', sorted(affinity.LINESEARCHES))
+def test_semi_dual_solver_never_ends_above_its_start(linesearch):
+  # A line search that finds no decrease still moves; the solver returns the best potentials it
+  # saw, so F never ends above F(0) (plain expert choice) and more steps never end higher.
+  scores_t = jax.nn.softmax(random_logits(1, 32, 4, 0.25)).T
+  semi_dual = lambda alpha: float(affinity._semi_dual_value_and_grad(alpha, scores_t, 8.0, 8)[0])
+  values = [semi_dual(affinity._solve_semi_dual(scores_t, 8.0, 8, steps, 3, linesearch))
+            for steps in (0, 1, 5, 20)]
+  assert values == sorted(values, reverse=True), values
+  assert values[-1] < values[0]

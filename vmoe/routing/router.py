@@ -65,7 +65,7 @@ class RouterConfig:
   importance_loss_weight: float = 0.0
   load_loss_weight: float = 0.0
   sinkhorn_iters: int = 20
-  sparsity_steps: int = 20
+  sparsity_steps: int = 10
 
   def __post_init__(self):
     spec = get_router_spec(self.name)
