@@ -180,11 +180,37 @@ def _index_chunks(indices: np.ndarray, positions: np.ndarray) -> tf.data.Dataset
 
 @functools.lru_cache(maxsize=4)
 def _cached(source_key: tuple, split: str, prefix: tuple) -> dict:
-  """{key: numpy array over all records} of `split` after the pp ops `prefix` (e.g. decode)."""
+  """{key: numpy array over all records} of `split` after the pp ops `prefix` (e.g. decode).
+
+  For a prepared TFDS data set the arrays are also kept in a file beside its data (next to the
+  label index), so that later processes load them instead of decoding the split again
+  (Fashion-MNIST's 60,000 training images: 21 s to decode, well under 1 s to load).
+  """
   config = _config(source_key)
-  reader = Reader(sources.open_split(config, split), ops.build('|'.join(prefix)) if prefix else [],
-                  '|'.join(prefix), None)
-  return _collect(reader, lambda example: example)
+  records = sources.open_split(config, split)
+  path = _decoded_file(records, prefix)
+  if path and os.path.exists(path):
+    with np.load(path) as stored:
+      arrays = dict(stored)
+    if arrays and all(len(a) == records.num_examples for a in arrays.values()):
+      return arrays
+  steps = ops.build('|'.join(prefix)) if prefix else []
+  arrays = _collect(Reader(records, steps, '|'.join(prefix), None), lambda example: example)
+  if path and all(a.dtype != object for a in arrays.values()):   # .npz loads no pickles.
+    try:
+      _save_atomically(path, arrays)
+    except OSError as e:   # A read-only data_dir: keep the arrays in memory only.
+      logging.warning('Cannot save the decoded split %s: %s', path, e)
+  return arrays
+
+
+def _decoded_file(records: sources.Records, prefix: tuple) -> str | None:
+  """Where a split's arrays after the pp ops `prefix` are kept: beside its label index."""
+  if not records.label_index:
+    return None
+  name = os.path.basename(records.label_index).removeprefix('labels-').removesuffix('.npy')
+  ops_name = re.sub(r'[^\w.%-]', '_', '|'.join(prefix) or 'none')
+  return os.path.join(os.path.dirname(records.label_index), f'decoded-{name}-{ops_name}.npz')
 
 
 @functools.lru_cache(maxsize=8)
@@ -207,9 +233,13 @@ def _labels(source_key: tuple, split: str) -> np.ndarray:
   return labels
 
 
-def _save_atomically(path: str, array: np.ndarray) -> None:
+def _save_atomically(path: str, value) -> None:
+  """Writes an array (.npy) or a dict of arrays (.npz) to path through a temporary file."""
   with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix='.tmp', delete=False) as f:
-    np.save(f, array)
+    if isinstance(value, dict):
+      np.savez(f, **value)
+    else:
+      np.save(f, value)
   os.replace(f.name, path)
 
 

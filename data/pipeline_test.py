@@ -127,6 +127,27 @@ def test_cache_gives_the_same_batches(digits_dir):
   assert_same_batches(plain, cached)
 
 
+def test_decoded_split_is_saved_and_reused(tmp_path):
+  config = data_config(data_dir=str(tmp_path), cache=True)
+  first = take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2)
+  stored, = (tmp_path / 'sklearn_digits' / '1.0.0').glob('decoded-test__40_-decode*.npz')
+  with np.load(stored) as arrays:
+    assert arrays['image'].shape[0] == 40 and arrays['label'].shape == (40,)
+    edited = {k: v for k, v in arrays.items()}
+  # A later process loads the file instead of decoding: clear the memo and edit the file.
+  pipeline._cached.cache_clear()
+  edited['image'] = np.zeros_like(edited['image'])
+  np.savez(stored, **edited)
+  again = take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2)
+  np.testing.assert_array_equal(again[0]['labels'], first[0]['labels'])
+  assert (again[0]['image'] == -1).all() and not (first[0]['image'] == -1).all()  # 0 -> -1.
+  # A file that does not match the split (another version of it) is decoded again.
+  pipeline._cached.cache_clear()
+  np.savez(stored, image=edited['image'][:3], label=edited['label'][:3])
+  assert_same_batches(take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2),
+                      first)
+
+
 def test_state_of_another_run_is_refused(digits_dir):
   config = data_config(data_dir=digits_dir)
   state = pipeline.make_train_iterator(config, batch_size=32, seed=0).get_state()
