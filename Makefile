@@ -4,8 +4,9 @@
 #   make bench     speed benchmarks, results in bench/results/
 #   make demo      the main job: the whole tiny router study on embedded Fashion-MNIST, then its
 #                  tables and figures in results/tiny/ (sweep + tables below)
-#   make sweep ARCH=b32 [SEEDS=3]   the 12 paper runs of one architecture + the softmax-combine
-#                  ablation, in $(WORKDIRS)/ARCH; finished runs are skipped, so a killed sweep resumes
+#   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
+#                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
+#                  runs are skipped, so a killed sweep resumes
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models (~11 CPU-min)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
@@ -42,8 +43,11 @@ fashion-mnist:
 	  echo "apt-get not available: Fashion-MNIST will come from TFDS's fashion_mnist download instead"; \
 	fi
 
+# Two pytest workers (pytest-xdist), one per core of the 2-core machine CI runs on; the embedded
+# data sets are prepared first so that the workers do not race to prepare them.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m data.prepare embedded
+	$(PY) -m pytest -q -n 2
 
 bench: install
 	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
@@ -53,13 +57,15 @@ bench: install
 
 sweep: install
 	$(PY) -m launch.sweep --arch $(ARCH) --workdir-root $(WORKDIRS) --seeds $(SEEDS) \
-	  --include-ablation --python $(PY)
+	  --include-ablation --python $(PY) $(OVERRIDES)
 
 tables: install
 	$(PY) -m results.tables --runs $(WORKDIRS) --out $(TABLES_OUT)
 
+# The demo's runs log to TensorBoard and metrics.jsonl only: wandb's start-up (~4 s a run) is
+# left out of the 30-minute budget.
 demo: install
-	$(MAKE) sweep ARCH=tiny
+	$(MAKE) sweep ARCH=tiny OVERRIDES=--config.wandb.mode=disabled
 	$(MAKE) tables WORKDIRS=$(WORKDIRS)/tiny TABLES_OUT=results/tiny
 
 plan: install

@@ -12,8 +12,9 @@ of gather/scatter (the `einsum` baseline).
 
 `--all --out FILE` (what `make bench` runs, with --groups 16: 128 images per device, the V-MoE
 recipe's per-core batch of 4096 images on a TPUv3-32) times every paper router, with both
-dispatches, and the baselines at a B/32-like shape (S=392 tokens per group, 8 images of 49 patches) and a B/16-like one
-(S=1576, 8 images of 197 tokens), c = 1 and 2, then writes all rows and the target ratios to FILE atomically.
+dispatches, and the baselines at a B/32-like shape (S=392 tokens per group, 8 images of 49
+patches) and a B/16-like one (S=1576, 8 images of 197 tokens), c = 1 and 2 (--capacities), then
+writes all rows and the target ratios to FILE atomically.
 """
 import argparse
 import json

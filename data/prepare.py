@@ -4,12 +4,15 @@
   .venv/bin/python -m data.prepare build imagenet2012 --manual_dir=DIR [--data_dir=DIR]
   .venv/bin/python -m data.prepare build imagenet21k/fall11 --manual_dir=DIR [--data_dir=DIR]
   .venv/bin/python -m data.prepare convert DATA_DIR/imagenet2012/5.1.0
+  .venv/bin/python -m data.prepare embedded [--data_dir=DIR]
 
 build: prepares a source of data/sources.py in the array_record format the pipeline reads by
   random access (fashion_mnist and digits prepare themselves on first use).
 convert: writes an array_record copy of every TFRecord shard of a data set already prepared in
   the TFRecord format (TFDS's default) and records the new format in its dataset_info.json, so
   an existing ImageNet need not be rebuilt from the archives. Needs as much free space again.
+embedded: prepares Fashion-MNIST and digits now rather than on first use (`make test` does, so
+  that test processes running in parallel do not race to prepare them).
 TFDS's own `tfds build` and `tfds convert_format` do the same, but that CLI imports apache_beam,
 which this project does not install.
 """
@@ -45,6 +48,17 @@ def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
         f'Building {name} with TFDS needs the package importlib_resources: '
         '.venv/bin/pip install importlib_resources (requirements.txt should pin it).') from e
   return builder.data_dir
+
+
+EMBEDDED = ('fashion_mnist', 'digits')
+
+
+def prepare_embedded(data_dir: str | None) -> None:
+  """Prepares the embedded sets (seconds; a no-op when they are prepared)."""
+  for name in EMBEDDED:
+    config = ml_collections.ConfigDict({'name': name, 'data_dir': data_dir, 'manual_dir': None,
+                                        'files': None, 'file_format': None, 'cache': False})
+    sources.open_split(config, 'train')
 
 
 def convert(dataset_version_dir: str) -> int:
@@ -89,9 +103,14 @@ def main(argv=None):
   build_parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS\'s)')
   convert_parser = commands.add_parser('convert', help='add array_record files to a data set')
   convert_parser.add_argument('dataset_version_dir', help='e.g. DATA_DIR/imagenet2012/5.1.0')
+  embedded_parser = commands.add_parser('embedded', help=f'prepare {" and ".join(EMBEDDED)}')
+  embedded_parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS\'s)')
   args = parser.parse_args(argv)
   if args.command == 'build':
     print(f'Prepared {args.name} in {build(args.name, args.manual_dir, args.data_dir)}.')
+  elif args.command == 'embedded':
+    prepare_embedded(args.data_dir)
+    print(f'Prepared {" and ".join(EMBEDDED)}.')
   else:
     print(f'Wrote {convert(args.dataset_version_dir)} array_record shards in '
           f'{args.dataset_version_dir}.')

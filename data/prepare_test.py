@@ -17,6 +17,13 @@ def test_build_prepares_array_record(tmp_path, capsys):
     prepare.build('multilabel_records', None, str(tmp_path))
 
 
+def test_embedded_prepares_the_embedded_sets(tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(prepare, 'EMBEDDED', ('digits',))   # Fashion-MNIST: data/embedded_test.py.
+  prepare.main(['embedded', '--data_dir', str(tmp_path)])
+  assert 'Prepared digits.' in capsys.readouterr().out
+  assert (tmp_path / 'sklearn_digits' / '1.0.0' / 'dataset_info.json').exists()
+
+
 def test_convert_makes_a_tfrecord_data_set_readable(tmp_path):
   builder = embedded.SklearnDigits(data_dir=str(tmp_path), file_format='tfrecord')
   builder.download_and_prepare()

@@ -48,7 +48,7 @@ XLA_FLAGS = (f'--xla_force_host_platform_device_count={NUM_DEVICES} '
              '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true '
              '--xla_cpu_use_fusion_emitters=false')
 COLLECTIVES = ('all-to-all', 'all-gather', 'all-reduce', 'reduce-scatter', 'collective-permute')
-PEAK_LR = 2e-3   # configs/tiny.py PEAK_LR: with no warm-up, the first step's learning rate.
+PEAK_LR = tiny.PEAK_LR   # With no warm-up, the first step's learning rate.
 
 
 def small_config(router: str):

@@ -77,8 +77,19 @@ def test_sparsity_constrained_invariants(seed, shape, scale):
   assert (plan >= 0).all()
   assert ((plan > 0).sum(axis=0) <= capacity).all()                           # <= C per column.
   np.testing.assert_allclose(plan.sum(axis=0), num_tokens / num_experts, rtol=1e-5)  # Exact.
-  # Rows approach 1 (they cannot all reach it; the paper's solver is approximate too).
-  assert float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1))) < 0.3
+
+
+@pytest.mark.parametrize('scale', [0.1, 1.0, 3.0])
+def test_sparsity_constrained_rows_approach_one_on_average(scale):
+  # The solver is approximate (as the paper's is) and the rows cannot all reach 1, so this is a
+  # property of many problems, not of each: measured over 4,000 problems, the mean |row sum - 1|
+  # per problem was 0.03-0.11 against 0.15-0.35 at the start, and at most 0.35 for one problem.
+  scores = jax.nn.softmax(scale * jax.random.normal(jax.random.PRNGKey(7), (200, 32, 4)))
+  row_error = lambda plans: jnp.mean(jnp.abs(plans.sum(axis=-1) - 1), axis=-1)
+  solved = row_error(jax.vmap(lambda s: affinity.sparsity_constrained(s, 8, 20))(scores))
+  start = row_error(jax.vmap(lambda s: affinity.sparsity_constrained(s, 8, 0))(scores))
+  assert float(jnp.mean(solved)) < 0.5 * float(jnp.mean(start))
+  assert float(jnp.mean(solved > start)) < 0.02
 
 
 def test_sparsity_constrained_solver_balances_tokens():
