@@ -32,9 +32,9 @@ from vmoe.routing import affinity  # pylint: disable=g-import-not-at-top
 from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
 
 SHAPES = {'tiny': (8, 272, 8), 'b32': (8, 392, 32)}   # groups, tokens per group, experts.
-# L-BFGS memory per line search: the router's (backtracking, memory 3) and optax.lbfgs's defaults
-# (zoom, memory 10), which the router used before.
-MEMORY_SIZE = {'backtracking': 3, 'zoom': 10}
+# L-BFGS memory per line search: the router's (unit steps, memory 3), the router's before
+# 2026-11-23 evening (backtracking, memory 3), and optax.lbfgs's defaults (zoom, memory 10).
+MEMORY_SIZE = {'none': 3, 'backtracking': 3, 'zoom': 10}
 
 
 def measure(shape_name, capacity_factor, linesearch, num_steps, args) -> dict:
@@ -72,7 +72,7 @@ def main(argv=None):
   rows = []
   for shape_name, capacity_factor in itertools.product(
       shapes, [float(c) for c in args.capacities.split(',')]):
-    grid = [('backtracking', 0)] + list(itertools.product(
+    grid = [('none', 0)] + list(itertools.product(
         affinity.LINESEARCHES, [int(n) for n in args.steps.split(',')]))
     for linesearch, num_steps in grid:
       row = measure(shape_name, capacity_factor, linesearch, num_steps, args)

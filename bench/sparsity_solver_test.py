@@ -13,13 +13,14 @@ def test_grid_rows_report_the_solver_quality(tmp_path, capsys):
   capsys.readouterr()
   result = json.loads(out.read_text())
   assert set(result) == {'machine', 'method', 'rows'}
-  start, backtracking, zoom = result['rows']
+  start, unit_steps, backtracking, zoom = result['rows']
   assert [(r['linesearch'], r['memory_size'], r['steps']) for r in result['rows']] == [
-      ('backtracking', 3, 0), ('backtracking', 3, 3), ('zoom', 10, 3)]
+      ('none', 3, 0), ('none', 3, 3), ('backtracking', 3, 3), ('zoom', 10, 3)]
   for row in result['rows']:
     assert (row['tokens'], row['experts'], row['capacity']) == (272, 8, 34)   # round(272 / 8).
     assert row['ms'] > 0 and 0 <= row['dropped'] <= 1
   # Steps = 0 is expert choice on the scores; the solver's steps balance the rows.
+  assert unit_steps['row_error'] < start['row_error']
   assert backtracking['row_error'] < start['row_error']
   assert zoom['row_error'] < start['row_error']
 

@@ -23,8 +23,8 @@ Size and length are chosen for the time target of `make demo` (14 runs, one seed
 this 2-core CPU). Measured on 2026-11-23: with the earlier recipe (3000 steps, peak 2e-3) every
 router reached 86.97-87.52% on Fashion-MNIST test but the demo's runs took ~39 min of training
 steps alone; softmax_tc at 1500 steps reached 85.9% with peak 2e-3 and 86.1% with this recipe
-(peak 3e-3, 100 warm-up steps). A training step takes 26 ms for the dense ViT, 25-29 ms for the
-routers at c=1 and 29-32 ms at c=2, 38 / 51 ms for sparsity_ec (bench/results/train_step.json),
+(peak 3e-3, 100 warm-up steps). A training step takes 28 ms for the dense ViT, 29-33 ms for the
+routers at c=1 and 32-38 ms at c=2, 37 / 45 ms for sparsity_ec (bench/results/train_step.json),
 so a run is ~1 min of steps plus ~45 s of start-up (imports, compile), three evaluations on the
 10,000 test images and few-shot. `make demo` took 27 min 49 s on a quiet machine (94-171 s a
 run), with every router at 85.10-86.12% upstream (results/tiny/).

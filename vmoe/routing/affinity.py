@@ -58,6 +58,17 @@ def sinkhorn(logits: jax.Array, num_iters: int = 20) -> jax.Array:
   return jnp.exp(logits + f[:, None] + g[None, :])
 
 
+def _simplex_of_sorted(top: jax.Array, mass: float) -> jax.Array:
+  """Projects each row of `top` (E, k), sorted in decreasing order, onto {p >= 0, sum(p) = mass}
+  by the sort-based rule: tau from the largest prefix whose entries stay above it."""
+  k = top.shape[-1]
+  excess = jnp.cumsum(top, axis=-1) - mass              # (E, k)
+  rank = jnp.arange(1, k + 1, dtype=top.dtype)
+  support = jnp.sum(top - excess / rank > 0, axis=-1)   # (E,) size of the positive support, >= 1.
+  tau = jnp.take_along_axis(excess, support[:, None] - 1, axis=-1) / support[:, None]
+  return jnp.maximum(top - tau, 0.0)
+
+
 def _sparse_simplex_projection(z: jax.Array, mass: float, k: int):
   """Projects each row of z (E, T) onto {p >= 0, sum(p) = mass, ||p||_0 <= k}.
 
@@ -69,29 +80,33 @@ def _sparse_simplex_projection(z: jax.Array, mass: float, k: int):
     values (E, k) of the kept entries (>= 0, each row summing to `mass`) and their indices (E, k).
   """
   top, index = jax.lax.top_k(z, k)                       # (E, k), sorted in decreasing order.
-  excess = jnp.cumsum(top, axis=-1) - mass              # (E, k)
-  rank = jnp.arange(1, k + 1, dtype=z.dtype)
-  support = jnp.sum(top - excess / rank > 0, axis=-1)   # (E,) size of the positive support, >= 1.
-  tau = jnp.take_along_axis(excess, support[:, None] - 1, axis=-1) / support[:, None]
-  return jnp.maximum(top - tau, 0.0), index
+  return _simplex_of_sorted(top, mass), index
 
 
-def _semi_dual_value_and_grad(alpha, scores_t, column_mass, capacity):
-  """The semi-dual F(alpha) and its gradient 1 - (row sums of the plan at alpha), from one projection.
+def _semi_dual_at(alpha, scores_t, column_mass, capacity):
+  """F(alpha), its gradient 1 - (row sums of the plan at alpha), and the plan's support (E, C),
+  all from one sparse projection.
 
   F is a maximum of functions affine in alpha, so by Danskin's theorem its gradient is the
   gradient of the maximising term: 1_T minus the row sums of the sparse plan. Computing it this way
   costs one scatter-add instead of a backward pass through top_k and the simplex projection.
   """
-  shifted = scores_t - alpha[None, :]                    # (E, T)
-  values, index = _sparse_simplex_projection(shifted, column_mass, capacity)
-  kept = jnp.take_along_axis(shifted, index, axis=-1)    # (E, C)
-  value = jnp.sum(alpha) + jnp.sum(values * kept - 0.5 * values**2)
+  top, index = jax.lax.top_k(scores_t - alpha[None, :], capacity)   # (E, C) kept entries.
+  values = _simplex_of_sorted(top, column_mass)
+  value = jnp.sum(alpha) + jnp.sum(values * top - 0.5 * values**2)
   row_sums = jnp.zeros_like(alpha).at[index.reshape(-1)].add(values.reshape(-1))
-  return value, 1.0 - row_sums
+  return value, 1.0 - row_sums, index
 
 
+def _semi_dual_value_and_grad(alpha, scores_t, column_mass, capacity):
+  """F(alpha) and its gradient (see _semi_dual_at)."""
+  return _semi_dual_at(alpha, scores_t, column_mass, capacity)[:2]
+
+
+# Line searches for the semi-dual's L-BFGS steps. 'none' takes the unit L-BFGS step: one projection
+# per step, where a line search adds one per trial (and under vmap every group waits for the slowest).
 LINESEARCHES = {
+    'none': None,
     'backtracking': lambda: optax.scale_by_backtracking_linesearch(
         max_backtracking_steps=8, store_grad=True),
     'zoom': lambda: optax.scale_by_zoom_linesearch(  # optax.lbfgs's default.
@@ -99,41 +114,85 @@ LINESEARCHES = {
 }
 
 
+def _keep_lower(candidate, value, best, best_value):
+  """The candidate (a pytree) and its value if the value is lower than best_value, else the best."""
+  lower = value < best_value
+  best = jax.tree.map(lambda c, b: jnp.where(lower, c, b), candidate, best)
+  return best, jnp.where(lower, value, best_value)
+
+
 def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, linesearch):
-  """Potentials alpha (T,) after num_steps L-BFGS steps on the semi-dual of scores_t (E, T): the
-  best (lowest F) iterate seen, starting from alpha = 0."""
-  value_and_grad = functools.partial(
-      _semi_dual_value_and_grad, scores_t=scores_t, column_mass=column_mass, capacity=capacity)
+  """L-BFGS on the semi-dual of scores_t (E, T) from alpha = 0: the best (lowest F) iterate seen
+  after num_steps steps, as potentials alpha (T,) and the support (E, C) of its sparse plan.
+
+  Step scale: optax's L-BFGS takes a first step of norm min(1, ||grad||), and its later steps are
+  invariant to rescaling alpha. A norm-1 step is far too long when the scores are nearly uniform
+  (a router at initialisation): every token jumps over every threshold, the curvature pairs are
+  useless and the solver stalls at the start or diverges. So the solver works on u = alpha / s
+  with s = min(1, std(S) sqrt(T) / 2): the first step moves each potential by about half the
+  scores' spread, and is unchanged for well-spread scores. Without a line search, each step is
+  also clipped to move no potential by more than 1 + range(S) (no optimum is farther), a guard
+  against the blow-ups that curvature pairs across a kink of F can cause.
+  F is not smooth, so neither unit steps nor a line search that finds no decrease guarantee
+  descent; keeping the best iterate makes the result never worse than the start (Expert Choice).
+  Without a line search the solver evaluates F num_steps + 1 times (one projection each) and
+  keeps the best iterate's support, so the plan needs no further top_k.
+  """
+  num_tokens = scores_t.shape[1]
+  scale = jnp.minimum(1.0, 0.5 * jnp.std(scores_t) * jnp.sqrt(num_tokens))
+  max_move = (1.0 + jnp.max(scores_t) - jnp.min(scores_t)) / scale
+
+  def value_and_grad(u):   # F and its gradient in u = alpha / scale.
+    value, grad = _semi_dual_value_and_grad(scale * u, scores_t, column_mass, capacity)
+    return value, scale * grad
 
   @jax.custom_vjp
-  def semi_dual(alpha):
-    return value_and_grad(alpha)[0]
+  def semi_dual(u):
+    return value_and_grad(u)[0]
 
   semi_dual.defvjp(value_and_grad, lambda grad, cotangent: (cotangent * grad,))
 
-  optimizer = optax.lbfgs(memory_size=memory_size, linesearch=LINESEARCHES[linesearch]())
-  value_and_grad_from_state = optax.value_and_grad_from_state(semi_dual)
+  make_linesearch = LINESEARCHES[linesearch]
+  optimizer = optax.lbfgs(memory_size=memory_size,
+                          linesearch=make_linesearch() if make_linesearch else None)
+  u0 = jnp.zeros((num_tokens,), jnp.float32)
 
-  def step(_, carry):
-    alpha, opt_state, best_alpha, best_value = carry
-    value, grad = value_and_grad_from_state(alpha, state=opt_state)
-    updates, opt_state = optimizer.update(
-        grad, opt_state, alpha, value=value, grad=grad, value_fn=semi_dual)
-    alpha = optax.apply_updates(alpha, updates)
-    # A line search that finds no decrease still takes its last trial step, so keep the best
-    # potentials seen (the line search stores the value at the new point).
-    new_value = optax.tree.get(opt_state, 'value')
-    better = new_value < best_value
-    return (alpha, opt_state, jnp.where(better, alpha, best_alpha),
-            jnp.where(better, new_value, best_value))
+  if make_linesearch:
+    value_and_grad_from_state = optax.value_and_grad_from_state(semi_dual)
 
-  alpha0 = jnp.zeros(scores_t.shape[1:], jnp.float32)
-  init = (alpha0, optimizer.init(alpha0), alpha0, semi_dual(alpha0))
-  return jax.lax.fori_loop(0, num_steps, step, init)[2]
+    def search_step(_, carry):
+      u, opt_state, best_u, best_value = carry
+      value, grad = value_and_grad_from_state(u, state=opt_state)   # Stored by the line search.
+      updates, opt_state = optimizer.update(
+          grad, opt_state, u, value=value, grad=grad, value_fn=semi_dual)
+      u = optax.apply_updates(u, updates)
+      best_u, best_value = _keep_lower(u, optax.tree.get(opt_state, 'value'), best_u, best_value)
+      return u, opt_state, best_u, best_value
+
+    init = (u0, optimizer.init(u0), u0, semi_dual(u0))
+    alpha = scale * jax.lax.fori_loop(0, num_steps, search_step, init)[2]
+    return alpha, jax.lax.top_k(scores_t - alpha[None, :], capacity)[1]
+
+  def evaluate(u, best, best_value):   # best = (alpha, support) of the lowest F so far.
+    alpha = scale * u
+    value, grad, support = _semi_dual_at(alpha, scores_t, column_mass, capacity)
+    best, best_value = _keep_lower((alpha, support), value, best, best_value)
+    return scale * grad, best, best_value
+
+  def unit_step(_, carry):
+    u, opt_state, best, best_value = carry
+    grad, best, best_value = evaluate(u, best, best_value)
+    updates, opt_state = optimizer.update(grad, opt_state, u)
+    return u + jnp.clip(updates, -max_move, max_move), opt_state, best, best_value
+
+  no_support = jnp.zeros((scores_t.shape[0], capacity), jnp.int32)
+  init = (u0, optimizer.init(u0), (u0, no_support), jnp.array(jnp.inf, jnp.float32))
+  u, _, best, best_value = jax.lax.fori_loop(0, num_steps, unit_step, init)
+  return evaluate(u, best, best_value)[1]   # The last iterate is evaluated here.
 
 
 def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
-                         memory_size: int = 3, linesearch: str = 'backtracking') -> jax.Array:
+                         memory_size: int = 3, linesearch: str = 'none') -> jax.Array:
   """Sparsity-constrained OT plan (Liu et al. 2022) for routing, via its semi-dual.
 
   Primal (eq. sparsity--constrained-objective, a = 1_T, b = (T/E) 1_E):
@@ -143,18 +202,21 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
   a convex function (a maximum of affine functions of alpha) whose inner maximiser is a sparse
   simplex projection of S[:, e] - alpha. Every column of the recovered plan therefore has at most C
   nonzeros and sums to T/E exactly; the rows sum to 1 only as far as the solver converged (and
-  cannot all do so when E*C < T). F is not smooth (the top-C support jumps), so fixed-step gradient
-  methods overshoot; we run a fixed number of L-BFGS steps (optax) with a backtracking line search,
-  keeping the best potentials seen, and F's gradient in closed form.
+  cannot all do so when E*C < T). F is not smooth (the top-C support jumps), so no step rule
+  guarantees descent; we run a fixed number of unit L-BFGS steps (optax) on rescaled potentials,
+  keep the best potentials seen, and use F's gradient in closed form.
 
   Why this solver: under vmap over routing groups, data-dependent control flow runs every branch
-  for every group until the slowest group is done, so optax.lbfgs's default zoom line search
-  (nested loops and conds per step) is expensive. Measured on this CPU (`python
-  bench/sparsity_solver.py`, 8 groups, bench/results/sparsity_solver.json): against the default
-  (zoom, memory 10, 20 steps), 10 backtracking steps with memory 3 take 0.35-0.42x the time and
-  reach a mean |row sum - 1| of 0.11 / 0.10 at the tiny config's shapes (T=272, E=8, c=1 / 2;
-  default 0.07 / 0.10) and 0.11 / 0.09 at B/32's (T=392, E=32; default 0.13 / 0.09), from 0.36 /
-  0.21 and 0.51 / 0.33 at alpha = 0, which is plain Expert Choice on S.
+  for every group until the slowest group is done, so a line search (optax.lbfgs's default zoom,
+  or backtracking) costs several projections per step; a unit L-BFGS step costs one, and keeping
+  the best iterate stands in for the line search's safeguard. Measured on this CPU (`python
+  bench/sparsity_solver.py`: 8 groups, softmax of N(0, 1) logits; bench/results/
+  sparsity_solver.json), 10 unit steps take 5.7 / 8.7 ms at the tiny config's shapes (T=272,
+  E=8, c=1 / 2) and 12.0 / 18.7 ms at B/32's (T=392, E=32): 0.40 / 0.36 / 0.50 / 0.48x the time
+  of 10 backtracking steps, for a mean |row sum - 1| of 0.114 / 0.101 / 0.097 / 0.082 against
+  backtracking's 0.111 / 0.103 / 0.100 / 0.082, and 0.36 / 0.21 / 0.51 / 0.33 at alpha = 0 (plain
+  Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly uniform scores:
+  without it, neither unit steps nor backtracking moved from alpha = 0 for logits of std 0.01.
 
   Gradients: the returned plan is the sparse projection of S - alpha* with the solved potentials
   alpha* held constant (stop-gradient), so it is differentiable in S on the columns' support; the
@@ -165,8 +227,9 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
     capacity: C, maximum nonzeros per expert column; 1 <= C <= T.
     num_steps: fixed number of L-BFGS steps on the semi-dual (0 gives Expert Choice on `scores`).
     memory_size: number of curvature pairs L-BFGS keeps.
-    linesearch: 'backtracking' (Armijo, halving, at most 8 trials) or 'zoom' (optax's default
-      strong-Wolfe search; slower under vmap, kept for the solver benchmark).
+    linesearch: 'none' (unit steps, the default), 'backtracking' (Armijo, halving, at most 8
+      trials) or 'zoom' (optax's default strong-Wolfe search); the line searches are slower under
+      vmap and kept for the solver benchmark.
   Returns:
     (T, E) float32 plan with at most `capacity` nonzeros per column.
   """
@@ -181,9 +244,11 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
     raise ValueError(f'unknown line search {linesearch!r}; valid: {", ".join(LINESEARCHES)}.')
   scores_t = scores.astype(jnp.float32).T                # (E, T)
   column_mass = num_tokens / num_experts
-  alpha = _solve_semi_dual(jax.lax.stop_gradient(scores_t), column_mass, capacity, num_steps,
-                           memory_size, linesearch)   # The solver loop carries no gradient.
-  values, index = _sparse_simplex_projection(
-      scores_t - jax.lax.stop_gradient(alpha)[None, :], column_mass, capacity)
-  plan_t = jnp.zeros_like(scores_t).at[jnp.arange(num_experts)[:, None], index].set(values)
+  alpha, support = _solve_semi_dual(jax.lax.stop_gradient(scores_t), column_mass, capacity,
+                                    num_steps, memory_size, linesearch)   # Carries no gradient.
+  # The sparse projection at alpha without a second top_k: the support is top_k's at the same
+  # alpha, in decreasing order, so the gathered entries are sorted as _simplex_of_sorted needs.
+  kept = jnp.take_along_axis(scores_t - jax.lax.stop_gradient(alpha)[None, :], support, axis=-1)
+  values = _simplex_of_sorted(kept, column_mass)
+  plan_t = jnp.zeros_like(scores_t).at[jnp.arange(num_experts)[:, None], support].set(values)
   return plan_t.T
