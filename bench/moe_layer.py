@@ -14,7 +14,9 @@ of gather/scatter (the `einsum` baseline).
 recipe's per-core batch of 4096 images on a TPUv3-32) times every paper router, with both
 dispatches, and the baselines at a B/32-like shape (S=392 tokens per group, 8 images of 49
 patches) and a B/16-like one (S=1576, 8 images of 197 tokens), c = 1 and 2 (--capacities), then
-writes all rows and the target ratios to FILE atomically.
+writes all rows and the target ratios to FILE atomically. The grid's rows of one shape and
+capacity are timed in interleaved rounds (measure_interleaved), so host noise does not skew the
+ratios between them. --routers narrows the grid (the baselines always run).
 """
 import argparse
 import json
@@ -118,19 +120,50 @@ def time_ms(fn, *args, warmup, repeats):
   return statistics.median(times)
 
 
-def measure(args) -> dict:
+def compile_row(args):
+  """(forward, forward_backward, params, x) of one benchmark row, the functions jitted."""
   apply, params, x = build(args)
-  forward = jax.jit(apply)
   loss = lambda p, x: jnp.mean(apply(p, x) ** 2)
-  forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  return jax.jit(apply), jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), params, x
+
+
+def row_fields(args) -> dict:
+  return {'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
+          'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
+          'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts,
+          'capacity': args.capacity}
+
+
+def measure(args) -> dict:
+  forward, forward_backward, params, x = compile_row(args)
   return {
-      'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
-      'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
-      'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts, 'capacity': args.capacity,
+      **row_fields(args),
       'forward_ms': round(time_ms(forward, params, x, warmup=args.warmup, repeats=args.repeats), 2),
       'forward_backward_ms': round(time_ms(forward_backward, params, x, warmup=args.warmup,
                                            repeats=args.repeats), 2),
   }
+
+
+def measure_interleaved(rows_args: list, args) -> list:
+  """Rows timed in round-robin rounds: every row compiled and warmed up first, then each round
+  times one forward and one forward+backward call of every row in turn. A row's time is its median
+  over the rounds, so a slow stretch of a shared machine hits every row alike and the ratios
+  between rows stay meaningful."""
+  compiled = [compile_row(row_args) for row_args in rows_args]
+  for forward, forward_backward, params, x in compiled:
+    for _ in range(args.warmup):
+      jax.block_until_ready((forward(params, x), forward_backward(params, x)))
+  times = [([], []) for _ in compiled]
+  for _ in range(args.repeats):
+    for (forward, forward_backward, params, x), (forward_ms, forward_backward_ms) in zip(
+        compiled, times):
+      forward_ms.append(time_ms(forward, params, x, warmup=0, repeats=1))
+      forward_backward_ms.append(time_ms(forward_backward, params, x, warmup=0, repeats=1))
+  return [{**row_fields(row_args),
+           'forward_ms': round(statistics.median(forward_ms), 2),
+           'forward_backward_ms': round(statistics.median(forward_backward_ms), 2),
+           'rounds_forward_backward_ms': [round(t, 2) for t in forward_backward_ms]}
+          for row_args, (forward_ms, forward_backward_ms) in zip(rows_args, times)]
 
 
 def ratios(rows: list) -> list:
@@ -151,23 +184,30 @@ def ratios(rows: list) -> list:
   return out
 
 
+def grid_rows(args, group_size: int, capacity: float) -> list:
+  """The --all grid's rows of one shape and capacity: each of --routers with both dispatches
+  (Soft MoE has no einsum variant) and the two baselines."""
+  return [argparse.Namespace(**{**vars(args), 'router': name, 'dispatch': dispatch,
+                                'group_size': group_size, 'capacity': capacity})
+          for name in list(args.routers) + list(BASELINES)
+          for dispatch in ['indices'] + (['einsum'] if name != 'soft_moe' else [])
+          if name not in BASELINES or dispatch == 'indices']
+
+
 def run_all(args):
+  """The grid: per (group size, capacity), grid_rows timed interleaved (measure_interleaved)."""
   rows = []
-  for group_size in (392, 1576):          # The issue's B/32-like and B/16-like group sizes.
+  for group_size in args.group_sizes:
     for capacity in args.capacities:
-      names = list(routing.PAPER_ROUTERS) + list(BASELINES)
-      for name in names:
-        dispatches = ['indices'] + (['einsum'] if name not in BASELINES + ('soft_moe',) else [])
-        for dispatch in dispatches:
-          row_args = argparse.Namespace(**{**vars(args), 'router': name, 'dispatch': dispatch,
-                                           'group_size': group_size, 'capacity': capacity})
-          row = measure(row_args)
-          print(json.dumps(row), flush=True)
-          rows.append(row)
+      rows_args = grid_rows(args, group_size, capacity)
+      for row in measure_interleaved(rows_args, args):
+        print(json.dumps(row), flush=True)
+        rows.append(row)
   atomic.write_json(args.out, {
       'machine': machine(),
-      'method': f'median of {args.repeats} calls after {args.warmup} warm-up calls, jitted; '
-                f'{args.groups} groups per call',
+      'method': f'jitted; per shape and capacity, all rows compiled and warmed up ({args.warmup} '
+                f'calls), then {args.repeats} round-robin rounds of one call per row; median over '
+                f'rounds; {args.groups} groups per call',
       'rows': rows, 'ratios': ratios(rows)})
 
 
@@ -188,10 +228,15 @@ def main(argv=None):
   parser.add_argument('--all', action='store_true', help='the full grid of `make bench`')
   parser.add_argument('--capacities', type=float, nargs='+', default=[1, 2],
                       help='capacities of the --all grid (the issue\'s targets are at c=1)')
+  parser.add_argument('--group-sizes', type=int, nargs='+', default=[392, 1576],
+                      help='group sizes of the --all grid: the B/32-like and B/16-like shapes')
+  parser.add_argument('--routers', nargs='+', default=list(routing.PAPER_ROUTERS),
+                      help='routers of the --all grid (default: the six paper routers)')
   parser.add_argument('--out', default='bench/results/moe_layer.json')
   args = parser.parse_args(argv)
-  if args.router not in BASELINES:
-    routing.get_router_spec(args.router)
+  for name in [args.router] + args.routers:
+    if name not in BASELINES:
+      routing.get_router_spec(name)
   if args.all:
     run_all(args)
     return
