@@ -2,6 +2,7 @@
 import json
 import statistics
 
+import numpy as np
 import pytest
 
 from bench import train_step
@@ -44,11 +45,25 @@ def test_ratios_hand_worked():
        'meets_target': None}]
 
 
-def test_one_row_json(capsys):
-  train_step.main(['--router', 'dense', '--warmup', '1', '--rounds', '1', '--steps', '1',
-                   '--json'])
+class FakeStepper:
+  """Stands in for the compiled step (test_grid_writes_rows_and_ratios_from_them compiles real
+  ones): the one-row path's plumbing, without a compile."""
+
+  def __init__(self, router, capacity):
+    self.router, self.capacity = router, (None if router == train_step.DENSE else capacity)
+    self.batch_size, self.flops_per_step, self.num_params = 64, 1e6, 1000
+
+  def __call__(self):
+    return np.zeros(1)
+
+
+def test_one_row_json(capsys, monkeypatch):
+  monkeypatch.setattr(train_step, 'Stepper', FakeStepper)
+  train_step.main(['--router', 'sinkhorn_ec', '--capacity', '2', '--warmup', '1', '--rounds', '3',
+                   '--steps', '1', '--json'])
   row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-  assert row['router'] == 'dense' and row['capacity'] is None and row['step_ms'] > 0
+  assert (row['router'], row['capacity'], row['batch_size']) == ('sinkhorn_ec', 2.0, 64)
+  assert row['step_ms'] > 0 and len(row['round_ms']) == 3
 
 
 def test_unknown_router_fails_listing_valid_ones():

@@ -23,14 +23,12 @@ OVERRIDES = {
     'fewshot.datasets.digits': "('train[:200]', 'test[:200]')",
     'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')", 'wandb.mode': 'disabled',
 }
-# Without LLVM optimisation and fusion emitters the steps compile several times faster; the
-# second run loads them from the compilation cache the first one filled.
-XLA_FLAGS = ('--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true '
-             '--xla_cpu_use_fusion_emitters=false')
+# The processes inherit the session's fast-compile XLA flags (conftest.py); the second run loads
+# its compiled functions from the persistent cache the first one filled.
 
 
 def launch_two_processes(workdir, cache_dir) -> subprocess.CompletedProcess:
-  env = {**os.environ, 'NUM_PROCESSES': '2', 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu',
+  env = {**os.environ, 'NUM_PROCESSES': '2', 'JAX_PLATFORMS': 'cpu',
          'JAX_COMPILATION_CACHE_DIR': str(cache_dir),
          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
   command = ['launch/local.sh', 'main.py', '--config=configs/tiny.py:router=sinkhorn_ec',

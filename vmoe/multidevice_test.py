@@ -21,6 +21,7 @@ the (G, E, S) scores and ranks all groups itself. Without the MoE layer's shardi
 the partitioner falls back to replicating the buffers ('As the last resort, SPMD will replicate')
 and all-gathers them in the backward pass.
 """
+import fcntl
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
+from vmoe import atomic
 from vmoe import optim
 from vmoe import sharding
 from vmoe import train_step as train_lib
@@ -42,11 +44,10 @@ from vmoe import vit
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
 NUM_DEVICES, EXPERT_AXIS, GROUP_SIZE, STEPS = 8, 4, 2, 2
-# Compile-time flags: 8 CPU devices; without LLVM optimisation and fusion emitters a step compiles
-# 3-5x faster. Both sides of every comparison run with the same flags.
-XLA_FLAGS = (f'--xla_force_host_platform_device_count={NUM_DEVICES} '
-             '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true '
-             '--xla_cpu_use_fusion_emitters=false')
+# 8 CPU devices, on top of the session's fast-compile flags (conftest.py); both sides of every
+# comparison run with the same flags.
+XLA_FLAGS = (f'{os.environ.get("XLA_FLAGS", "")} '
+             f'--xla_force_host_platform_device_count={NUM_DEVICES}')
 COLLECTIVES = ('all-to-all', 'all-gather', 'all-reduce', 'reduce-scatter', 'collective-permute')
 PEAK_LR = tiny.PEAK_LR   # With no warm-up, the first step's learning rate.
 
@@ -129,8 +130,7 @@ def compare(router: str) -> dict:
   }
 
 
-@pytest.fixture(scope='module')
-def results() -> dict:
+def run_compare_subprocesses() -> dict:
   """{router: compare(router)}, from two subprocesses of three routers each (one per core)."""
   env = {**os.environ, 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu'}
   workers = [subprocess.Popen([sys.executable, '-m', 'vmoe.multidevice_test', *routers], cwd=REPO,
@@ -142,6 +142,22 @@ def results() -> dict:
     assert worker.returncode == 0, stderr[-3000:]
     found.update((r['router'], r) for r in map(json.loads, stdout.splitlines()))
   return found
+
+
+@pytest.fixture(scope='module')
+def results(tmp_path_factory) -> dict:
+  """run_compare_subprocesses() once per test session. Under pytest-xdist every worker that gets
+  one of these tests sets the fixture up: the first to take the lock runs the subprocesses and
+  leaves their results in the session's shared temporary directory; the others read them."""
+  session_dir = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    session_dir = session_dir.parent          # .../pytest-N, above each worker's popen-gwK.
+  path = session_dir / 'multidevice_results.json'
+  with open(session_dir / 'multidevice_results.lock', 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not path.exists():
+      atomic.write_json(str(path), run_compare_subprocesses())
+  return json.loads(path.read_text())
 
 
 @pytest.mark.parametrize('router', ROUTERS)

@@ -94,18 +94,23 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
   assert not (tmp_path / 'summary.json').exists()
 
 
-def run_main(workdir, overrides, log=None):
-  """main.py on the short tiny config; its output goes to a pipe, or to the file `log`."""
+def run_main(workdir, overrides, log=None, cache_dir=None):
+  """main.py on the short tiny config; its output goes to a pipe, or to the file `log`. Runs
+  given the same `cache_dir` share JAX's persistent compilation cache."""
   command = [sys.executable, 'main.py', f'--config=configs/tiny.py:{SHORT[0]}',
              f'--workdir={workdir}', *flags(overrides)]
-  return subprocess.Popen(command, cwd=REPO, stdout=log or subprocess.PIPE,
+  env = os.environ.copy()
+  if cache_dir:
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  return subprocess.Popen(command, cwd=REPO, env=env, stdout=log or subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 
 
 def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_path):
-  overrides = {**SHORT[1], 'num_train_steps': 200, 'eval.every_steps': 200,
-               'eval.batch_size': 64, 'checkpoint.every_steps': 50, 'fewshot.batch_size': 400,
-               'fewshot.datasets.fashion_mnist': "('train[:4096]', 'test[:1000]')"}
+  overrides = {**SHORT[1], 'num_train_steps': 120, 'eval.every_steps': 120,
+               'eval.batch_size': 64, 'checkpoint.every_steps': 40,
+               'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
   killed, whole = tmp_path / 'killed', tmp_path / 'whole'
   # The uninterrupted run goes on beside the killed one (start-up and compiles are mostly one
   # core's work): XLA's results do not depend on what else the machine runs. The data sets are
@@ -115,22 +120,23 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_p
   logs = {name: tmp_path / f'{name}.log' for name in ('killed', 'whole')}
   with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
        open(logs['killed'], 'w', encoding='utf-8') as killed_log:   # Pipes could fill up.
-    uninterrupted_run = run_main(whole, overrides, whole_log)
-    run = run_main(killed, overrides, killed_log)
+    uninterrupted_run = run_main(whole, overrides, whole_log, tmp_path / 'cache')
+    run = run_main(killed, overrides, killed_log, tmp_path / 'cache')
   deadline = time.time() + 300
-  while not os.path.isdir(killed / 'checkpoints' / '50'):      # Orbax renames it when complete.
+  while not os.path.isdir(killed / 'checkpoints' / '40'):      # Orbax renames it when complete.
     assert run.poll() is None and time.time() < deadline, logs['killed'].read_text()[-3000:]
     time.sleep(0.01)
   run.send_signal(signal.SIGKILL)
   run.wait()
   killed_at = max(losses(str(killed)))
-  assert run.returncode == -signal.SIGKILL and 50 <= killed_at < 200
-  output = run_main(killed, overrides).communicate()[0]
+  assert run.returncode == -signal.SIGKILL and 40 <= killed_at < 120
+  # The resumed run loads its compiled functions from the cache the first two filled.
+  output = run_main(killed, overrides, cache_dir=tmp_path / 'cache').communicate()[0]
   assert os.path.exists(killed / 'summary.json'), output[-3000:]
   uninterrupted_run.wait()
   assert os.path.exists(whole / 'summary.json'), logs['whole'].read_text()[-3000:]
   resumed, uninterrupted = losses(str(killed)), losses(str(whole))
-  assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 201))
+  assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 121))
   assert resumed == uninterrupted
 
 
