@@ -117,7 +117,8 @@ def main(argv=None):
       'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
-                f'{args.warmup} warm-up batches; tf.data AUTOTUNE parallelism',
+                f'{args.warmup} warm-up batches; data.pipeline.PARALLEL_CALLS parallel map '
+                'calls, tf.data autotuning off',
       'machine': {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
                   'tensorflow': tf.__version__,
                   'note': 'shared machine: other jobs may use the cores while timing'},

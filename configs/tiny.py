@@ -84,8 +84,7 @@ def get_config(arg=None):
       {'digits': ('train', 'test'), 'fashion_mnist': ('train', 'test')},
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
-  # Synchronous saves on CPU: see vmoe/checkpointing.py make_manager.
-  config.checkpoint = mlc.ConfigDict({'every_steps': 500, 'keep': 1, 'asynchronous': False})
+  config.checkpoint = mlc.ConfigDict({'every_steps': 500, 'keep': 1, 'asynchronous': True})
   config.wandb = mlc.ConfigDict({'mode': 'offline', 'project': 'vmoe-routers-tiny'})
   config.mesh = mlc.ConfigDict({'data': -1, 'expert': 1})
   if arg.runlocal:

@@ -43,8 +43,22 @@ from data import sources
 CHUNK = 64          # Records fetched per Python call into the reader.
 PREFETCH = 2        # Batches prepared ahead of the consumer.
 STATE_VERSION = 1
+# Parallel map calls. Not tf.data.AUTOTUNE: autotuning runs a model thread that an iterator's
+# destructor joins, and that thread can sit out its optimisation period (tens of seconds) before
+# it sees the cancellation, while the destructor holds the GIL. Measured on 2026-11-23 (tiny
+# config, 2 concurrent runs): 4 of 12 runs stalled 35-50 s at exit in
+# RootDataset::Iterator::~Iterator -> Model::OptimizeLoop (gdb), and the stall freezes every
+# Python thread, asynchronous checkpoint saves included. Eval iterators are dropped mid-run too.
+PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
 # The data-config keys that identify a split's records (the memo key of the caches below).
 _SOURCE_KEYS = ('name', 'data_dir', 'manual_dir', 'files', 'file_format', 'cache')
+
+
+def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
+  """Prefetches PREFETCH batches, with tf.data autotuning off (see PARALLEL_CALLS)."""
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return ds.prefetch(PREFETCH).with_options(options)
 
 
 class CorruptRecordError(ValueError):
@@ -146,7 +160,7 @@ class Reader:
       serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
       return t, tf.ensure_shape(serialized, [None])
     return chunks.map(read).unbatch().map(lambda t, s: (t, self.records.parse(s)),
-                                          num_parallel_calls=tf.data.AUTOTUNE)
+                                          num_parallel_calls=PARALLEL_CALLS)
 
   def example(self, index: int) -> dict:
     """One example before `steps`, computed eagerly (for error reports)."""
@@ -351,11 +365,11 @@ class Batches:
     begin = start_batch * self.batch_size
     indices = self.indices[begin:]
     chunks = _index_chunks(indices, positions=indices)   # Seeds follow the record index.
-    ds = self.reader.examples(chunks).map(self._process(), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = self.reader.examples(chunks).map(self._process(), num_parallel_calls=PARALLEL_CALLS)
     if self._add_mask:
       masks = tf.data.Dataset.from_tensor_slices(self.mask[begin:])
       ds = tf.data.Dataset.zip(ds, masks).map(lambda ex, m: {**ex, 'mask': m})
-    return ds.batch(self.batch_size).prefetch(PREFETCH)
+    return _finish(ds.batch(self.batch_size))
 
   def _slot(self, k: int):
     """(seed position, record index) of the k-th example of the stream, or None past the end."""
@@ -418,8 +432,8 @@ class TrainIterator(Batches):
 
   def _dataset(self, start_batch: int) -> tf.data.Dataset:
     chunks = self.order.chunks(start_batch * self.batch_size)
-    ds = self.reader.examples(chunks).map(self._process(), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(self.batch_size, drop_remainder=True).prefetch(PREFETCH)
+    ds = self.reader.examples(chunks).map(self._process(), num_parallel_calls=PARALLEL_CALLS)
+    return _finish(ds.batch(self.batch_size, drop_remainder=True))
 
   def _slot(self, k: int):
     return k, self.order.index(k)

@@ -233,3 +233,14 @@ def test_label_index_is_saved_and_reused(tmp_path):
   pipeline._labels.cache_clear()
   np.save(index, np.full(100, 7))
   assert set(pipeline.split_labels(config, 'test[:100]')) == {7}
+
+
+def test_pipelines_run_without_the_autotune_model_thread(digits_dir):
+  """Autotuning's model thread can stall an iterator's destructor for tens of seconds with the
+  GIL held (see pipeline.PARALLEL_CALLS); every pipeline the trainer builds turns it off."""
+  config = data_config(data_dir=digits_dir)
+  iterators = [pipeline.make_train_iterator(config, batch_size=32, seed=0),
+               pipeline.make_eval_iterator(config, 'test', batch_size=100)]
+  for iterator in iterators:
+    assert iterator._dataset(0).options().autotune.enabled is False
+    assert next(iterator)['image'].shape[0] in (32, 100)

@@ -16,9 +16,9 @@ def make_manager(workdir: str, keep: int, asynchronous: bool = True) -> ocp.Chec
   """A manager over WORKDIR/checkpoints keeping the last `keep` steps.
 
   asynchronous: save in a background thread while training goes on (config.checkpoint
-  .asynchronous; the paper configs, for accelerators). The tiny CPU config saves synchronously:
-  on this 2-core CPU one async save in four full test runs never finalised (its directory stayed
-  *.orbax-checkpoint-tmp) while the training thread blocked, on 2026-11-23; not yet explained.
+  .asynchronous, on in every config). A stalled async save seen once on this CPU matches a
+  tf.data stall found later: an iterator's destructor holding the GIL for tens of seconds
+  (data/pipeline.py PARALLEL_CALLS), which freezes the save's thread with every other one.
   """
   if keep < 1:
     raise ValueError(f'checkpoint.keep must be >= 1, got {keep}.')
