@@ -11,7 +11,7 @@ from bench import train_step
 def test_grid_writes_rows_and_ratios_from_them(tmp_path, capsys):
   out = tmp_path / 'train_step.json'
   train_step.main(['--routers', 'softmax_tc', '--capacities', '1', '--warmup', '1', '--rounds',
-                   '2', '--steps', '1', '--out', str(out)])
+                   '2', '--steps', '1', '--processes', '1', '--out', str(out)])
   capsys.readouterr()
   result = json.loads(out.read_text())
   assert set(result) == {'machine', 'method', 'rows', 'ratios'}
@@ -43,6 +43,48 @@ def test_ratios_hand_worked():
        'meets_target': False},
       {'router': 'sinkhorn_ec', 'capacity': 2.0, 'vs_dense': 2.0, 'target': None,
        'meets_target': None}]
+
+
+def test_runs_combine_into_median_ratios():
+  def run(*ratios):
+    return {'ratios': [{'router': r, 'capacity': c, 'vs_dense': v, 'target': t,
+                        'meets_target': None if t is None else v <= t} for r, c, v, t in ratios]}
+  runs = [run(('sparsity_ec', 1.0, 1.174, 1.3), ('soft_moe', 2.0, 1.48, None)),
+          run(('sparsity_ec', 1.0, 1.364, 1.3), ('soft_moe', 2.0, 1.40, None)),
+          run(('sparsity_ec', 1.0, 1.388, 1.3), ('soft_moe', 2.0, 1.50, None))]
+  # The first run alone meets 1.3; the median of the three (1.364) does not.
+  assert train_step.combine_runs(runs) == [
+      {'router': 'sparsity_ec', 'capacity': 1.0, 'vs_dense': 1.364,
+       'vs_dense_runs': [1.174, 1.364, 1.388], 'target': 1.3, 'meets_target': False},
+      {'router': 'soft_moe', 'capacity': 2.0, 'vs_dense': 1.48, 'vs_dense_runs': [1.48, 1.40, 1.50],
+       'target': None, 'meets_target': None}]
+
+
+def test_processes_run_the_grid_in_fresh_processes(tmp_path, monkeypatch, capsys):
+  calls = []
+
+  def fake_run(command, check):   # Stands in for one process's grid: writes its --out file.
+    assert check and command[1].endswith('bench/train_step.py')
+    calls.append(command)
+    ratio = round(1.1 + 0.1 * len(calls), 3)
+    out = command[command.index('--out') + 1]
+    with open(out, 'w') as f:
+      json.dump({'machine': {'device': 'cpu'}, 'method': 'one run', 'rows': [],
+                 'ratios': [{'router': 'softmax_ec', 'capacity': 1.0, 'vs_dense': ratio,
+                             'target': 1.3, 'meets_target': ratio <= 1.3}]}, f)
+
+  monkeypatch.setattr(train_step.subprocess, 'run', fake_run)
+  out = tmp_path / 'train_step.json'
+  train_step.main(['--routers', 'softmax_ec', '--capacities', '1', '--rounds', '4',
+                   '--processes', '3', '--out', str(out)])
+  capsys.readouterr()
+  assert len(calls) == 3
+  assert all(c[c.index('--processes') + 1] == '1' and c[c.index('--rounds') + 1] == '4'
+             and c[c.index('--routers') + 1] == 'softmax_ec' for c in calls)
+  result = json.loads(out.read_text())
+  assert set(result) == {'machine', 'method', 'runs', 'ratios'} and len(result['runs']) == 3
+  assert result['ratios'][0]['vs_dense_runs'] == [1.2, 1.3, 1.4]
+  assert result['ratios'][0]['vs_dense'] == 1.3 and result['ratios'][0]['meets_target']
 
 
 class FakeStepper:
