@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import common  # pylint: disable=g-import-not-at-top
 from vmoe import atomic  # pylint: disable=g-import-not-at-top
 from vmoe import moe  # pylint: disable=g-import-not-at-top
 from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
@@ -38,8 +39,6 @@ from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-to
 
 BASELINES = ('round_robin', 'dense_mlp')
 IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images (392 = 8 x 49 tokens for B/32).
-# Router settings as in the paper's recipe (noise and balance losses for softmax token choice).
-RECIPE = {'softmax_tc': dict(noise_std=1.0, importance_loss_weight=0.005, load_loss_weight=0.005)}
 
 
 class RoundRobin(moe.Experts):
@@ -73,8 +72,10 @@ def build(args):
   elif args.router == 'dense_mlp':
     module = DenseMlp(1, mlp_dim)
   else:
-    config = routing.RouterConfig(name=args.router, capacity_factor=args.capacity,
-                                  **RECIPE.get(args.router, {}))
+    # The configs' router preset (noise and balance losses for softmax token choice, the
+    # sparsity-constrained solver's steps and start for this capacity).
+    preset = common.moe_config(args.router, args.capacity, args.experts, IMAGES_PER_GROUP)
+    config = routing.RouterConfig(**preset.router.to_dict())
     # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 49 or 8 x 197 tokens), which
     # the sparse routers route together and Soft MoE routes image by image (T = 49 or 197).
     module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,

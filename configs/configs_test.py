@@ -54,12 +54,16 @@ def test_paper_config_validates_and_builds(name):
   assert moe_blocks == [vit.block_name(i) for i in range(1, len(moe_blocks) * 2, 2)]
   assert params['block_01']['moe']['experts']['wi'].shape[0] == 32        # E = 32.
 
-  # c=2 changes the capacity and the recorded argument, nothing else; 'c=1' equals no argument.
+  # c=2 changes the capacity, the sparsity solver's start (0 instead of the entropic warm start,
+  # with 10 steps instead of 5) and the recorded argument, nothing else; 'c=1' equals no argument.
   assert load(name, 'c=1').to_dict() == config.to_dict()
   config2 = load(name, 'c=2')
   common.validate(config2, num_devices=1)
   assert config2.moe.router.capacity_factor == 2 and config2.config_arg == 'c=2,runlocal=False'
+  solver = lambda c: (c.moe.router.sparsity_steps, c.moe.router.sparsity_warm_start)
+  assert solver(config) == (5, 10) and solver(config2) == (10, 0)
   config2.moe.router.capacity_factor, config2.config_arg = 1.0, config.config_arg
+  config2.moe.router.sparsity_steps, config2.moe.router.sparsity_warm_start = solver(config)
   assert config2.to_dict() == config.to_dict()
 
   local = load(name, 'c=2,runlocal=True')       # The CPU mode: a 'mu' model, 2 steps.

@@ -24,7 +24,7 @@ this 2-core CPU). Measured on 2026-11-23: with the earlier recipe (3000 steps, p
 router reached 86.97-87.52% on Fashion-MNIST test but the demo's runs took ~39 min of training
 steps alone; softmax_tc at 1500 steps reached 85.9% with peak 2e-3 and 86.1% with this recipe
 (peak 3e-3, 100 warm-up steps). A training step takes 18-28 ms for the dense ViT depending on the
-machine's state, 1.12-1.19x that for the routers at c=1 and 1.28-1.36x at c=2, 1.35x / 1.72x for
+machine's state, 1.11-1.19x that for the routers at c=1 and 1.29-1.37x at c=2, 1.23x / 1.70x for
 sparsity_ec (bench/results/train_step.json, median of 3 processes), so a run is ~1 min of steps
 plus ~45 s of start-up (imports, compile), three evaluations on the 10,000 test images and
 few-shot. `make demo` took 27 min 49 s on a quiet machine (94-171 s a

@@ -26,7 +26,8 @@ def dense_routing_tensors(params, group, config):
   scores = {'softmax': probs,
             'sinkhorn': affinity.sinkhorn(logits, num_iters=config.sinkhorn_iters),
             'sparsity_constrained': affinity.sparsity_constrained(
-                probs, capacity, num_steps=config.sparsity_steps)}[spec.affinity]
+                probs, capacity, num_steps=config.sparsity_steps,
+                warm_start_iters=config.sparsity_warm_start)}[spec.affinity]
   combine_scores = probs if config.softmax_combine else scores
   if spec.allocation == 'token_choice':
     return allocation.token_choice(scores, capacity, int(config.capacity_factor), combine_scores)

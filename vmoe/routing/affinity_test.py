@@ -10,7 +10,8 @@ from vmoe.routing import affinity
 
 # Jitted with static sizes so hypothesis examples of one shape share a compilation.
 sinkhorn = jax.jit(affinity.sinkhorn, static_argnums=(1,))
-sparsity_constrained = jax.jit(affinity.sparsity_constrained, static_argnums=(1, 2))
+sparsity_constrained = jax.jit(affinity.sparsity_constrained, static_argnums=(1, 2),
+                               static_argnames=('warm_start_iters',))
 
 
 def random_logits(seed, num_tokens, num_experts, scale):
@@ -69,11 +70,11 @@ def test_sparse_simplex_projection_hand_worked():
 
 @hypothesis.settings(max_examples=15, deadline=None)
 @hypothesis.given(st.integers(0, 10**6), st.sampled_from([(32, 4, 8), (40, 8, 10)]),
-                  st.floats(0.1, 3.0))
-def test_sparsity_constrained_invariants(seed, shape, scale):
+                  st.floats(0.1, 3.0), st.sampled_from([0, 10]))
+def test_sparsity_constrained_invariants(seed, shape, scale, warm_start_iters):
   num_tokens, num_experts, capacity = shape        # c = 1 and c = 2.
   scores = jax.nn.softmax(random_logits(seed, num_tokens, num_experts, scale))
-  plan = sparsity_constrained(scores, capacity, 20)
+  plan = sparsity_constrained(scores, capacity, 20, warm_start_iters=warm_start_iters)
   assert (plan >= 0).all()
   assert ((plan > 0).sum(axis=0) <= capacity).all()                           # <= C per column.
   np.testing.assert_allclose(plan.sum(axis=0), num_tokens / num_experts, rtol=1e-5)  # Exact.
@@ -118,6 +119,40 @@ def test_sparsity_constrained_balances_nearly_uniform_scores(linesearch):
   assert row_error(solved) < 0.25 * row_error(start), (row_error(solved), row_error(start))
 
 
+def test_entropic_start_is_sinkhorn_at_temperature_eps():
+  # The warm start iterates Sinkhorn in the scaling domain on S / eps; its potentials are the
+  # log-domain sinkhorn()'s token potentials f, as alpha = -eps f up to a constant: since
+  # eps log Pi = S + eps f + eps g, alpha + eps log Pi - S depends on the expert only.
+  scores = jax.nn.softmax(random_logits(11, 32, 4, 1.0))
+  eps = affinity.WARM_START_TEMPERATURE * jnp.std(scores)
+  alpha = affinity._entropic_potentials(scores.T, 7)
+  plan = affinity.sinkhorn(scores / eps, num_iters=7)
+  per_expert = alpha[:, None] + eps * jnp.log(plan) - scores
+  np.testing.assert_allclose(per_expert - per_expert[:1], 0.0, atol=1e-5)
+
+
+@pytest.mark.parametrize('scale', [0.3, 1.0, 30.0])
+def test_entropic_start_is_finite_and_ranks_tokens_by_demand(scale):
+  # Finite even for nearly one-hot scores (scale 30); a token every expert wants costs more than
+  # a token no expert wants.
+  scores = jax.nn.softmax(random_logits(12, 64, 8, scale))
+  scores = scores.at[0].set(1.0).at[1].set(0.0)
+  alpha = affinity._entropic_potentials(scores.T, 10)
+  assert np.isfinite(alpha).all() and alpha[0] > alpha[1]
+
+
+def test_warm_start_balances_better_in_half_the_steps():
+  # The router's preset at c = 1: 5 steps from 10 Sinkhorn iterations against 10 steps from 0, on
+  # 8 routing groups of the tiny config's shape with logits of std 1 (trained tiny routers have
+  # logits of std 0.8-1.1). Measured: mean |row sum - 1| 0.025 against 0.118.
+  logits = jax.random.normal(jax.random.PRNGKey(13), (8, 272, 8))
+  scores = jax.nn.softmax(logits)
+  row_error = lambda plans: float(jnp.mean(jnp.abs(plans.sum(axis=-1) - 1)))
+  warm = jax.vmap(lambda s: affinity.sparsity_constrained(s, 34, 5, warm_start_iters=10))(scores)
+  cold = jax.vmap(lambda s: affinity.sparsity_constrained(s, 34, 10))(scores)
+  assert row_error(warm) < 0.5 * row_error(cold), (row_error(warm), row_error(cold))
+
+
 def test_sparsity_constrained_gradient_is_finite():
   scores = jax.nn.softmax(random_logits(4, 16, 4, 1.0))
   grad = jax.grad(lambda s: jnp.sum(affinity.sparsity_constrained(s, 4) ** 2))(scores)
@@ -132,6 +167,8 @@ def test_affinity_errors():
     affinity.sparsity_constrained(scores, capacity=9)
   with pytest.raises(ValueError, match='num_steps >= 0'):
     affinity.sparsity_constrained(scores, capacity=2, num_steps=-1)
+  with pytest.raises(ValueError, match='warm_start_iters >= 0'):
+    affinity.sparsity_constrained(scores, capacity=2, warm_start_iters=-1)
   with pytest.raises(ValueError, match='memory_size >= 1'):
     affinity.sparsity_constrained(scores, capacity=2, memory_size=0)
   with pytest.raises(ValueError, match='unknown line search .*none, backtracking, zoom'):

@@ -57,6 +57,9 @@ class RouterConfig:
   noise_std is relative: the Gaussian noise added to the logits in training has std noise_std / E.
   softmax_combine: sparse routers whose affinity is not softmax dispatch with it but combine with
   softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
+  sparsity_steps and sparsity_warm_start: L-BFGS steps of the sparsity-constrained OT solver and
+  Sinkhorn iterations of its entropic starting point (0: start at 0); see
+  affinity.sparsity_constrained.
   """
   name: str
   capacity_factor: float
@@ -66,6 +69,7 @@ class RouterConfig:
   load_loss_weight: float = 0.0
   sinkhorn_iters: int = 20
   sparsity_steps: int = 10
+  sparsity_warm_start: int = 0
 
   def __post_init__(self):
     spec = get_router_spec(self.name)
@@ -79,8 +83,8 @@ class RouterConfig:
     if self.load_loss_weight > 0 and (spec.allocation != 'token_choice' or self.noise_std <= 0):
       raise ValueError(f'router {self.name}: the load loss is defined for token choice with router '
                        'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
-    if self.sinkhorn_iters < 1 or self.sparsity_steps < 0:
-      raise ValueError('sinkhorn_iters must be >= 1 and sparsity_steps >= 0.')
+    if self.sinkhorn_iters < 1 or self.sparsity_steps < 0 or self.sparsity_warm_start < 0:
+      raise ValueError('sinkhorn_iters must be >= 1, sparsity_steps and sparsity_warm_start >= 0.')
 
   @property
   def spec(self) -> RouterSpec:
@@ -113,7 +117,8 @@ def _affinity_scores(name, logits, probs, capacity, config):
   if name == 'sinkhorn':
     return affinity.sinkhorn(logits, config.sinkhorn_iters)
   if name == 'sparsity_constrained':  # The paper's utility is softmax(X W).
-    return affinity.sparsity_constrained(probs, capacity, config.sparsity_steps)
+    return affinity.sparsity_constrained(probs, capacity, config.sparsity_steps,
+                                         warm_start_iters=config.sparsity_warm_start)
   raise ValueError(f'unknown affinity {name!r}; valid: softmax, sinkhorn, sparsity_constrained.')
 
 

@@ -22,6 +22,7 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
     (dict(name='softmax_tc', capacity_factor=1, load_loss_weight=0.01), 'needs? .*noise|router noise'),
     (dict(name='softmax_ec', capacity_factor=1, noise_std=1, load_loss_weight=0.01), 'token choice'),
     (dict(name='sinkhorn_tc', capacity_factor=1, sinkhorn_iters=0), 'sinkhorn_iters'),
+    (dict(name='sparsity_ec', capacity_factor=1, sparsity_warm_start=-1), 'sparsity_warm_start'),
 ])
 def test_config_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
