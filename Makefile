@@ -52,7 +52,8 @@ test: install
 bench: install
 	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
 	$(PY) bench/train_step.py --out bench/results/train_step.json
-	$(PY) bench/sparsity_solver.py --out bench/results/sparsity_solver.json
+	$(PY) bench/sparsity_solver.py --logits bench/data/router_logits_tiny.npz \
+	  --out bench/results/sparsity_solver.json
 	$(PY) bench/input_pipeline.py --out bench/results/input_pipeline.json
 
 sweep: install

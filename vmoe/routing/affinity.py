@@ -121,9 +121,11 @@ def _keep_lower(candidate, value, best, best_value):
   return best, jnp.where(lower, value, best_value)
 
 
-# Warm start (measured on this CPU, `bench/sparsity_solver.py`; scores of the trained tiny
-# sparsity_ec routers and softmax of N(0, std) logits): the temperature of the entropic start,
-# relative to std(S), and the first L-BFGS step from it, relative to the step from alpha = 0.
+# Warm start: the temperature of the entropic start, relative to std(S), and the first L-BFGS step
+# from it, relative to the step from alpha = 0. Chosen on a grid (temperature 0.03-1, step
+# 0.03-1, 5-30 Sinkhorn iterations) for the lowest mean |row sum - 1| after 5 steps on the scores
+# of trained tiny sparsity_ec routers and on softmax of N(0, std) logits (std 0.01-10, the tiny
+# and B/32 shapes); `bench/sparsity_solver.py` measures the result.
 WARM_START_TEMPERATURE = 0.3
 WARM_START_STEP = 0.1
 
@@ -132,12 +134,13 @@ def _entropic_potentials(scores_t, num_iters):
   """Starting potentials alpha (T,) for the semi-dual: the token potentials of entropic OT.
 
   When E*C <= T the sparse plan is nearly an assignment (measured at T=272, E=8, C=34: 270-272
-  of the optimum's 272 rows hold a single entry, of 0.99-1.01), and its potentials are the prices of that assignment, which entropic OT with a
-  small temperature approximates: Sinkhorn on S / eps (rows 1, columns T/E) with
-  eps = WARM_START_TEMPERATURE * std(S), and alpha = -eps f for its token potentials f. Iterated
-  in the scaling domain (two matrix-vector products per iteration instead of two logsumexps: 7x
-  faster on this CPU) on K = exp((S - max_e S) / eps), whose largest entry per token is 1, so no
-  token's sum vanishes; a non-finite result (an expert far below every token) falls back to 0.
+  of the optimum's 272 rows hold a single entry, of 0.99-1.01), and its potentials are the prices
+  of that assignment, which entropic OT with a small temperature approximates: Sinkhorn on S / eps
+  (rows 1, columns T/E) with eps = WARM_START_TEMPERATURE * std(S), and alpha = -eps f for its
+  token potentials f. Iterated in the scaling domain (two matrix-vector products per iteration
+  instead of two logsumexps: 7x faster on this CPU) on K = exp((S - max_e S) / eps), whose
+  largest entry per token is 1, so no token's sum vanishes; a non-finite result (an expert far
+  below every token) falls back to 0.
   """
   num_experts, num_tokens = scores_t.shape
   eps = WARM_START_TEMPERATURE * jnp.maximum(jnp.std(scores_t), 1e-6)
@@ -252,12 +255,13 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
   or backtracking) costs several projections per step; a unit L-BFGS step costs one, and keeping
   the best iterate stands in for the line search's safeguard. Measured on this CPU (`python
   bench/sparsity_solver.py`: 8 groups, softmax of N(0, 1) logits; bench/results/
-  sparsity_solver.json), 10 unit steps take 5.7 / 8.7 ms at the tiny config's shapes (T=272,
-  E=8, c=1 / 2) and 12.0 / 18.7 ms at B/32's (T=392, E=32): 0.40 / 0.36 / 0.50 / 0.48x the time
-  of 10 backtracking steps, for a mean |row sum - 1| of 0.114 / 0.101 / 0.097 / 0.082 against
-  backtracking's 0.111 / 0.103 / 0.100 / 0.082, and 0.36 / 0.21 / 0.51 / 0.33 at alpha = 0 (plain
-  Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly uniform scores:
-  without it, neither unit steps nor backtracking moved from alpha = 0 for logits of std 0.01.
+  sparsity_solver.json), 10 unit steps from 0 take 4.9 / 9.4 ms at the tiny config's shapes
+  (T=272, E=8, c=1 / 2) and 9.3 / 15.9 ms at B/32's (T=392, E=32): 0.41 / 0.48 / 0.40 / 0.43x
+  the time of 10 backtracking steps, for a mean |row sum - 1| of 0.114 / 0.101 / 0.097 / 0.082
+  against backtracking's 0.111 / 0.103 / 0.100 / 0.082, and 0.36 / 0.21 / 0.51 / 0.33 at
+  alpha = 0 (plain Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly
+  uniform scores: without it, neither unit steps nor backtracking moved from alpha = 0 for logits
+  of std 0.01.
 
   Gradients: the returned plan is the sparse projection of S - alpha* with the solved potentials
   alpha* held constant (stop-gradient), so it is differentiable in S on the columns' support; the
@@ -274,9 +278,12 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
     warm_start_iters: 0 starts the solver at alpha = 0; n > 0 starts it at the potentials of n
       Sinkhorn iterations of entropic OT (_entropic_potentials), which pays off when E*C <= T
       (c <= 1). Measured (bench/results/sparsity_solver.json): at c = 1, 5 steps from 10 Sinkhorn
-      iterations take 0.6x the time of 10 steps from 0 for a lower mean |row sum - 1| on the
-      trained tiny routers' scores; at c = 2 (tokens split between experts) the entropic start is
-      worse than 0.
+      iterations take 0.52-0.65x the time of 10 steps from 0, for a mean |row sum - 1| of 0.050
+      against 0.098 on a trained tiny router's scores (bench/data/router_logits_tiny.npz),
+      0.027-0.028 against 0.034 / 0.114 / 0.054 on softmax of N(0, std) logits with std 0.1 / 1 / 3
+      at the tiny shape, and 0.064 / 0.078 against 0.097 / 0.144 (std 1 / 3) at B/32's, but 0.110
+      against 0.076 for nearly uniform scores there (std 0.1). At c = 2 (tokens split between
+      experts) the entropic start is worse than 0 (0.13-0.17 against 0.08-0.10 at 10 steps).
   Returns:
     (T, E) float32 plan with at most `capacity` nonzeros per column.
   """
