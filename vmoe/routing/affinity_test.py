@@ -185,13 +185,21 @@ def test_semi_dual_gradient_is_one_minus_row_sums():
   assert np.isfinite(value)
 
 
-@pytest.mark.parametrize('linesearch', sorted(affinity.LINESEARCHES))
-def test_semi_dual_solver_never_ends_above_its_start(linesearch):
+@pytest.mark.parametrize('linesearch,warm_start_iters',
+                         [(search, 0) for search in sorted(affinity.LINESEARCHES)] +
+                         [('none', 10)])
+def test_semi_dual_solver_never_ends_above_its_start(linesearch, warm_start_iters):
   # A line search that finds no decrease still moves; the solver returns the best potentials it
-  # saw, so F never ends above F(0) (plain expert choice) and more steps never end higher.
+  # saw, so F never ends above its start (alpha = 0, plain expert choice, or the entropic warm
+  # start) and more steps never end higher.
   scores_t = jax.nn.softmax(random_logits(1, 32, 4, 0.25)).T
   semi_dual = lambda alpha: float(affinity._semi_dual_value_and_grad(alpha, scores_t, 8.0, 8)[0])
-  values = [semi_dual(affinity._solve_semi_dual(scores_t, 8.0, 8, steps, 3, linesearch)[0])
+  values = [semi_dual(affinity._solve_semi_dual(scores_t, 8.0, 8, steps, 3, linesearch,
+                                                warm_start_iters)[0])
             for steps in (0, 1, 5, 20)]
   assert values == sorted(values, reverse=True), values
   assert values[-1] < values[0]
+  if warm_start_iters:   # Zero steps return the warm start itself.
+    np.testing.assert_allclose(
+        affinity._solve_semi_dual(scores_t, 8.0, 8, 0, 3, 'none', warm_start_iters)[0],
+        affinity._entropic_potentials(scores_t, warm_start_iters), rtol=1e-5, atol=1e-6)
