@@ -17,13 +17,19 @@ import math
 import ml_collections as mlc
 
 from configs.validation import CAPACITIES
+from vmoe.routing import router as routing
 from configs.validation import validate  # The trainer calls configs.common.validate.
 
 __all__ = ['CAPACITIES', 'validate', 'parse_arg', 'get_paper_config', 'model_config',
-           'moe_config', 'fewshot_config', 'labels_pp', 'runlocal']
+           'moe_config', 'fewshot_config', 'labels_pp', 'runlocal', 'routed_capacity',
+           'NOISY_ROUTERS']
 
 # ImageNet-21k (fall 2011 release): 21,843 classes and 14,197,122 images; V-MoE holds out the
-# first 102,400 images of the single 'full' split for validation ('full[:102400]').
+# first 102,400 images of the single 'full' split for validation ('full[:102400]'). The data block
+# records the training count as data.train_images, and sources.check_available refuses a prepared
+# split of another size (the winter21 release: 19,167 synsets, ~13.15M images), since
+# num_train_steps counts epochs of these images (data/imagenet21k.py says why it refuses rather
+# than recount).
 IMAGENET21K_CLASSES = 21_843
 IMAGENET21K_TRAIN_IMAGES = 14_197_122 - 102_400
 # V-MoE pretrain_imagenet21k.py: 'ViT-B/16, E=8, K=2, Every 2, 300 Epochs' with RandAugment
@@ -72,16 +78,24 @@ def _format(value) -> str:
   return f'{value:g}' if isinstance(value, float) else str(value)
 
 
+# Routers that get V-MoE's router noise, std noise_std / E with noise_std = 1.0 ("Actually, it's
+# 1.0 / num_experts"): the paper's softmax affinity is softmax(X W + sigma eps) for both Softmax
+# Token Choice and Softmax Expert Choice (eq. softmax-affinity), and the reference's expert-choice
+# and Sinkhorn routers default to the same noise (vmoe/nn/routing.py).
+NOISY_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec')
+
+
 def moe_config(router: str, capacity: float, num_experts: int, group_size: int) -> mlc.ConfigDict:
   """`config.moe`: MoE every other block, `num_experts` experts, routing groups of images.
 
-  Router presets: only Softmax Token Choice needs balancing (paper Sec. 3.1 and Appendix A); it gets
-  V-MoE's router noise 1/E (noise_std=1.0 is relative: "Actually, it's 1.0 / num_experts") and
-  importance and load losses of weight 0.005 each (V-MoE common.get_vmoe_config). Sinkhorn (Sec.
-  3.2: "eliminate the need for auxiliary losses"), expert choice (balanced by construction) and Soft
-  MoE use neither. softmax_combine=True: Sinkhorn and sparsity-constrained routers dispatch with
-  their transport plan and combine with softmax (Sec. 3.2 and 4.4: about 1% better). router=DENSE
-  gives a dense ViT (num_experts=0).
+  Router presets: router noise 1/E for NOISY_ROUTERS. Only Softmax Token Choice needs balancing
+  losses (paper Sec. 3.1 and Appendix A): importance and load losses of weight 0.005 each (V-MoE
+  common.get_vmoe_config). Sinkhorn (Sec. 3.2: "eliminate the need for auxiliary losses"), expert
+  choice (balanced by construction) and Soft MoE use neither. softmax_combine=True: Sinkhorn and
+  sparsity-constrained routers dispatch with their transport plan and combine with softmax (Sec.
+  3.2 and 4.4: about 1% better). router=DENSE gives a dense ViT (num_experts=0). Experts start
+  from one shared initialisation (V-MoE's ImageNet-21k recipe; 'independent' draws each).
+  docs/fidelity.md traces every value.
   """
   balanced = router == 'softmax_tc'
   return mlc.ConfigDict({
@@ -89,11 +103,14 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
       'every': 2,                 # Paper "Models": V-MoE's Every-2 (blocks 1, 3, 5, ...).
       'group_size': group_size,   # Images per routing group (T = group_size x tokens per image).
       'dispatch': 'indices',      # Gather/scatter by slot index; 'einsum' is the dense reference.
+      'expert_init': 'shared',    # V-MoE i21k: expert params initialised with split_rngs=False.
       'router': {
           'name': router,
           'capacity_factor': float(capacity),   # c (k for token choice): C = round(c T / E).
+          # Paper Sec. 4.1 writes round(c T / E); V-MoE's round() sends halves to even.
+          'capacity_rounding': 'round_half_even',
           'softmax_combine': True,
-          'noise_std': 1.0 if balanced else 0.0,
+          'noise_std': 1.0 if router in NOISY_ROUTERS else 0.0,
           'importance_loss_weight': 0.005 if balanced else 0.0,
           'load_loss_weight': 0.005 if balanced else 0.0,
           'sinkhorn_iters': 20,   # Entropic OT iterations (affinity.sinkhorn).
@@ -105,6 +122,21 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
           'sparsity_warm_start': 10 if capacity <= 1 else 0,
       },
   })
+
+
+def routed_capacity(config: mlc.ConfigDict) -> tuple[int, int, float]:
+  """(T, C, effective c) of a config's MoE layers: T tokens per routing group, C slots per expert,
+  and the capacity factor C E / T the rounding leaves (docs/fidelity.md lists the 18 configs').
+
+  Sparse routers route groups of moe.group_size images; Soft MoE routes each image alone. An
+  image has (image_size / patch)^2 patches, plus the class token with pool = 'tok'.
+  """
+  patch = config.model.patch_size or int(config.model.variant.split('/')[1])
+  tokens = (config.model.image_size // patch) ** 2 + (config.model.pool == 'tok')
+  router = routing.RouterConfig(**config.moe.router)
+  num_tokens = tokens * (1 if router.spec.allocation == 'soft' else config.moe.group_size)
+  capacity = router.capacity(num_tokens, config.moe.num_experts)
+  return num_tokens, capacity, capacity * config.moe.num_experts / num_tokens
 
 
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,
@@ -158,8 +190,10 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       'eval_split': 'full[:102400]',
       'pp_train': (f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
                    f'value_range(-1, 1)|{labels}'),
-      # V-MoE evaluates with resize_small(256)|central_crop(224); resize keeps the 256/224 ratio.
-      'pp_eval': (f'decode|resize({image_size * 256 // 224})|central_crop({image_size})|'
+      # V-MoE dataset.val.process: 'decode|resize_small(256)|central_crop(224)|...', the shorter
+      # side to 256 keeping the aspect ratio, then the central square (256/224 of the crop at
+      # other image sizes).
+      'pp_eval': (f'decode|resize_small({image_size * 256 // 224})|central_crop({image_size})|'
                   f'value_range(-1, 1)|{labels}'),
       'num_classes': IMAGENET21K_CLASSES,
       'shuffle_buffer': 250_000,          # V-MoE dataset.train.shuffle_buffer.
@@ -168,11 +202,17 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       'manual_dir': None,                 # Where the ImageNet-21k archive was downloaded by hand.
       'files': None,
       'file_format': None,
+      'train_images': IMAGENET21K_TRAIN_IMAGES,   # What num_train_steps counts; checked.
   })
 
 
 def _imagenet_fewshot_pp(image_size: int) -> str:
-  """V-MoE common_fewshot.py's preprocessing, at `image_size` (224 in the paper)."""
+  """V-MoE common_fewshot.py's preprocessing, at `image_size` (224 in the paper).
+
+  V-MoE's get_fewshot: process = 'decode|resize(256)|central_crop(224)|value_range(-1, 1)|
+  keep("image", "label")'. Unlike the upstream evaluation (resize_small), the few-shot images are
+  squashed to a 256 x 256 square, ignoring the aspect ratio; kept, since it is the reference's.
+  """
   return (f'decode|resize({image_size * 256 // 224})|central_crop({image_size})|'
           'value_range(-1, 1)|keep("image", "label")')
 
@@ -230,6 +270,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
     config.model.image_size = 2 * patch
     config.data = _imagenet21k_data(config.model.image_size)
     config.data.shuffle_buffer = 16
+    config.data.train_images = None     # 2 steps count no epochs: any prepared size will do.
     config.fewshot.pp = _imagenet_fewshot_pp(config.model.image_size)
   return config
 

@@ -1,6 +1,7 @@
 """Every config file loads, validates and builds its model abstractly; bad configs fail early."""
 import glob
 import importlib.util
+import math
 import os
 
 from absl import flags
@@ -11,6 +12,7 @@ from ml_collections import config_flags
 import pytest
 
 from configs import common
+from data import imagenet21k
 from vmoe import vit
 from vmoe.routing import router as routing
 
@@ -80,6 +82,47 @@ def test_soft_moe_c2_builds_twice_the_slots():
     assert params['block_01']['moe']['router']['phi'].shape == (768, 32, slots)
 
 
+# (T, C, effective c = C E / T) of every paper config under the default rule (round, halves to even):
+# sparse routers route 8 images of 50 (B/32) or 197 (B/16, L/16) tokens; Soft MoE one image.
+EFFECTIVE_CAPACITY = {
+    ('b32', 'sparse', 1): (400, 12, 0.96),      # 12.5 -> 12.
+    ('b32', 'sparse', 2): (400, 25, 2.0),       # 25.
+    ('b32', 'soft', 1): (50, 2, 1.28),          # 1.5625 -> 2.
+    ('b32', 'soft', 2): (50, 3, 1.92),          # 3.125 -> 3.
+    ('16', 'sparse', 1): (1576, 49, 0.99492),   # 49.25 -> 49.
+    ('16', 'sparse', 2): (1576, 98, 1.98985),   # 98.5 -> 98.
+    ('16', 'soft', 1): (197, 6, 0.97462),       # 6.156 -> 6.
+    ('16', 'soft', 2): (197, 12, 1.94924),      # 12.3125 -> 12.
+}
+
+
+@pytest.mark.parametrize('name', PAPER_FILES)
+def test_effective_capacity_of_the_paper_configs(name):
+  arch, router = name.split('_', 1)
+  for c in (1, 2):
+    num_tokens, capacity, effective = common.routed_capacity(load(name, f'c={c}'))
+    key = ('b32' if arch == 'b32' else '16', 'soft' if router == 'soft_moe' else 'sparse', c)
+    want_tokens, want_capacity, want_effective = EFFECTIVE_CAPACITY[key]
+    assert (num_tokens, capacity) == (want_tokens, want_capacity)
+    assert effective == pytest.approx(want_effective, abs=1e-5)
+
+
+@pytest.mark.parametrize('name', PAPER_FILES + ['tiny'])
+def test_router_presets_follow_the_reference(name):
+  # Noise 1/E for softmax and Sinkhorn routers (paper eq. softmax-affinity; V-MoE's routers'
+  # default noise_std 1.0, relative to 1/E); balance losses for softmax_tc only; experts from one
+  # shared initialisation (V-MoE i21k); C = round(c T / E) with halves to even (paper Sec. 4.1).
+  routers = [name.split('_', 1)[1]] if name != 'tiny' else list(routing.PAPER_ROUTERS)
+  for router in routers:
+    config = load(name) if name != 'tiny' else load('tiny', f'router={router}')
+    moe = config.moe
+    assert moe.router.noise_std == (1.0 if router in common.NOISY_ROUTERS else 0.0)
+    assert common.NOISY_ROUTERS == ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec')
+    losses = 0.005 if router == 'softmax_tc' else 0.0
+    assert moe.router.importance_loss_weight == moe.router.load_loss_weight == losses
+    assert moe.expert_init == 'shared' and moe.router.capacity_rounding == 'round_half_even'
+
+
 @pytest.mark.parametrize('router', list(routing.PAPER_ROUTERS) + [common.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):
@@ -105,9 +148,40 @@ def test_paper_recipe_values():
   assert config.moe.router.importance_loss_weight == config.moe.router.load_loss_weight == 0.005
   assert config.moe.every == 2 and config.moe.group_size == 8
   ec = load('l16_sinkhorn_ec').moe.router
-  assert ec.noise_std == ec.importance_loss_weight == ec.load_loss_weight == 0.0
+  assert ec.importance_loss_weight == ec.load_loss_weight == 0.0
   assert 'inception_crop(224)|flip_lr|randaug(2, 20)' in config.data.pp_train
   assert config.fewshot.shots == (10,) and 'imagenet2012' in config.fewshot.datasets
+
+
+def test_paper_eval_preprocessing_is_vmoe_s():
+  # V-MoE pretrain_imagenet21k.py, dataset.val.process:
+  #   f'decode|resize_small(256)|central_crop(224)|{pp_common}', pp_common =
+  #   'value_range(-1,1)|onehot(21843)|keep("image", "labels")' (our label ops: labels_pp).
+  # V-MoE common_fewshot.get_fewshot(resize_resolution=256, target_resolution=224), process:
+  #   'decode|resize(256)|central_crop(224)|value_range(-1, 1)|keep("image", "label")'.
+  upstream = ('decode|resize_small(256)|central_crop(224)|value_range(-1, 1)|'
+              + common.labels_pp(21_843))
+  fewshot = 'decode|resize(256)|central_crop(224)|value_range(-1, 1)|keep("image", "label")'
+  for name in PAPER_FILES:
+    config = load(name)
+    assert (config.data.pp_eval, config.fewshot.pp) == (upstream, fewshot), name
+
+
+def test_paper_configs_count_fall11_images():
+  # num_train_steps is 300 epochs of fall11's 14,197,122 images less V-MoE's 102,400 held out =
+  # 14,094,722 (data.train_images, which check_available compares with the prepared split).
+  config = load('b32_sinkhorn_ec')
+  assert (config.data.train_images == common.IMAGENET21K_TRAIN_IMAGES == 14_094_722
+          == imagenet21k.FALL11_IMAGES - imagenet21k.HOLDOUT_SIZE)
+  assert config.num_train_steps == math.ceil(300 * config.data.train_images / 4096)
+  # The CPU mode and tiny count no epochs: no size is required.
+  assert load('b32_sinkhorn_ec', 'runlocal=True').data.train_images is None
+  assert load('tiny').data.train_images is None
+  # The override the refusal names parses from the command line (winter21: ~13,051,100 images).
+  for name in ('b32_sinkhorn_ec', 'tiny'):
+    flags_config = _parse_main_flags(f'--config={CONFIG_DIR}/{name}.py',
+                                     '--config.data.train_images=13051100')
+    assert flags_config.data.train_images == 13_051_100
 
 
 def _parse_main_flags(*argv) -> mlc.ConfigDict:

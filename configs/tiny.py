@@ -75,6 +75,7 @@ def get_config(arg=None):
       'manual_dir': None,               # Default: the IDX files of dataset-fashion-mnist.
       'files': None,
       'file_format': None,
+      'train_images': mlc.config_dict.placeholder(int),   # None: NUM_TRAIN_STEPS counts no epochs.
   })
   config.optimizer = mlc.ConfigDict(
       {'b1': 0.9, 'b2': 0.999, 'weight_decay': 1e-4, 'grad_clip_norm': 1.0})

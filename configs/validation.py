@@ -7,6 +7,7 @@ into whole routing groups on each device.
 """
 import jax
 
+from vmoe import moe as moe_lib
 from vmoe import vit
 from vmoe.routing import router as routing
 
@@ -60,6 +61,9 @@ def _check_moe(moe, depth: int, tokens_per_image: int) -> None:
   """Router, capacity, k <= E, placement and dispatch of an MoE model."""
   if moe.dispatch not in DISPATCHES:
     raise ValueError(f'unknown moe.dispatch {moe.dispatch!r}; valid: {", ".join(DISPATCHES)}.')
+  if moe.expert_init not in moe_lib.EXPERT_INITS:
+    raise ValueError(f'unknown moe.expert_init {moe.expert_init!r}; valid: '
+                     f'{", ".join(moe_lib.EXPERT_INITS)}.')
   if moe.router.name not in routing.ROUTERS:
     raise ValueError(f'unknown router moe.router.name={moe.router.name!r}; valid: '
                      f'{", ".join(sorted(routing.ROUTERS))} (or moe.num_experts=0 for a dense '

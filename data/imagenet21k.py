@@ -17,6 +17,17 @@ holds out its first 102,400 images for validation; the pipeline's split aliases 
   train_minus_holdout  = full[102400:]
 Features: 'image' (JPEG bytes, decoded by the pp op `decode`), 'label', 'file_name'.
 
+Releases are told apart by the archive's file name (data.name 'imagenet21k' is fall11). A
+release's synsets are counted while listing: an archive holding the other release's count (a
+renamed archive) is refused before anything is written (`check_release`); other counts, such as
+small test archives, only warn. The paper configs count fall11's images (their num_train_steps is
+300 epochs of its full[102400:]); sources.check_available refuses a prepared training split of
+another size (data.train_images), so a winter21 build (19,167 synsets, about 13.15M images) does
+not silently train 324 epochs of it instead of 300. Refusing, rather than deriving
+num_train_steps from the prepared data, keeps each config a complete experiment record that the
+schedule, the cost plan (launch/plan.py) and the tests read without the 1.3 TB data set; training
+on another release is an explicit override (the error names the two keys to set).
+
 Build (after the archive is in MANUAL_DIR):
   cd /work/main && .venv/bin/python -m data.prepare build imagenet21k/fall11 \
       --manual_dir=MANUAL_DIR --data_dir=DATA_DIR
@@ -34,6 +45,7 @@ import tensorflow_datasets as tfds
 from data import builder_base
 
 HOLDOUT_SIZE = 102_400   # V-MoE/ViT: the first 102,400 training images are the validation set.
+FALL11_IMAGES = 14_197_122   # image-net.org's count for fall11; the paper configs' epochs use it.
 SPLIT_ALIASES = {
     'holdout': f'full[:{HOLDOUT_SIZE}]',
     'train_minus_holdout': f'full[{HOLDOUT_SIZE}:]',
@@ -57,6 +69,21 @@ RELEASES = (
     Imagenet21kConfig(name='winter21', archive='winter21_whole.tar.gz', num_synsets=19_167,
                       description='Winter 2021 release.'),
 )
+
+
+def check_release(path: str, num_synsets: int, release: Imagenet21kConfig) -> None:
+  """Refuses an archive holding another release's number of synsets; other mismatches warn."""
+  if num_synsets == release.num_synsets:
+    return
+  for other in RELEASES:
+    if other.name != release.name and num_synsets == other.num_synsets:
+      raise ValueError(
+          f'{path} holds {num_synsets:,} synsets, the {other.name} release, but is being built as '
+          f'{release.name} ({release.num_synsets:,} synsets): put the real {release.archive} from '
+          f'{DOWNLOAD_PAGE} in the manual_dir, or build this archive as imagenet21k/{other.name} '
+          f'under its own name {other.archive}.')
+  logging.warning('%s holds %d synsets; the %s release has %d. Labels are this archive\'s sorted '
+                  'synsets.', path, num_synsets, release.name, release.num_synsets)
 
 
 def synset_tars(outer: tarfile.TarFile):
@@ -135,10 +162,7 @@ class Imagenet21k(builder_base.LocalBuilder):
     if not os.path.exists(path):
       raise FileNotFoundError(f'{path} not found. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}')
     synsets = list_synsets(path)
-    if len(synsets) != self.builder_config.num_synsets:
-      logging.warning('%s holds %d synsets; the %s release has %d. Labels are this archive\'s '
-                      'sorted synsets.', path, len(synsets), self.builder_config.name,
-                      self.builder_config.num_synsets)
+    check_release(path, len(synsets), self.builder_config)
     self.info.features['label'].names = synsets
     return {'full': self._generate_examples(path, synsets)}
 

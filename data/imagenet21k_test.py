@@ -50,6 +50,19 @@ def test_build_and_read(tmp_path, release, prefix):
 
   prepare.main(['build', config.name, '--manual_dir', str(manual), '--data_dir', config.data_dir])
   sources.check_available(config)
+  # data.train_images is what num_train_steps counts: the paper configs' 14,197,122 - 102,400 =
+  # 14,094,722 fall11 images. A split of another size, here full[3:] = 9 - 3 = 6 images, is
+  # refused in one line that names fall11 and the override.
+  sources.check_available(data_config(**{**config.to_dict(), 'train_images': 6}))
+  with pytest.raises(ValueError) as error:
+    sources.check_available(data_config(**{**config.to_dict(), 'train_images': 14_094_722}))
+  text = str(error.value)
+  assert '\n' not in text
+  for expected in (f"imagenet21k/{release} split 'full[3:]' has 6 examples",
+                   'data.train_images=14,094,722', 'ImageNet-21k fall11 (14,197,122 images',
+                   'fall11_whole.tar', 'python -m data.prepare build imagenet21k/fall11',
+                   '--config.data.train_images=6 and --config.num_train_steps'):
+    assert expected in text, expected
   builder = imagenet21k.Imagenet21k(config=release, data_dir=config.data_dir)
   assert builder.info.features['label'].names == sorted(SYNSETS)
   assert builder.info.splits['full'].num_examples == 9
@@ -69,6 +82,27 @@ def test_build_and_read(tmp_path, release, prefix):
                      match=r"imagenet21k-full.array_record-00000-of-00001 record \d \(file_name "
                            r"'n00000200_1.JPEG'\) .*Unknown image file format"):
     list(pipeline.make_eval_iterator(config, 'full', batch_size=4, pp=pp))
+
+
+def test_an_archive_of_the_other_release_is_refused(caplog):
+  fall11, winter21 = imagenet21k.RELEASES
+  # winter21's 19,167 synsets under fall11's name (a renamed archive): refused before building.
+  with pytest.raises(ValueError) as error:
+    imagenet21k.check_release('m/fall11_whole.tar', 19_167, fall11)
+  text = str(error.value)
+  assert '\n' not in text
+  for expected in ('m/fall11_whole.tar holds 19,167 synsets, the winter21 release',
+                   'built as fall11 (21,841 synsets)', 'put the real fall11_whole.tar',
+                   'as imagenet21k/winter21 under its own name winter21_whole.tar.gz'):
+    assert expected in text, expected
+  with pytest.raises(ValueError, match='holds 21,841 synsets, the fall11 release'):
+    imagenet21k.check_release('m/winter21_whole.tar.gz', 21_841, winter21)
+  # The release's own count passes; other counts (small or partial archives) only warn.
+  imagenet21k.check_release('m/fall11_whole.tar', 21_841, fall11)
+  imagenet21k.check_release('m/winter21_whole.tar.gz', 19_167, winter21)
+  assert not caplog.records
+  imagenet21k.check_release('m/fall11_whole.tar', 3, fall11)
+  assert 'holds 3 synsets; the fall11 release has 21841' in caplog.text
 
 
 def test_archive_without_synsets_fails(tmp_path):

@@ -149,8 +149,15 @@ def resize(size, method: str = 'bilinear', antialias: bool = False):
   return op
 
 
-def resize_small(smaller_size: int, method: str = 'bilinear', antialias: bool = False):
-  """Resizes so the shorter side is `smaller_size`, keeping the aspect ratio (V-MoE eval)."""
+def resize_small(smaller_size: int, method: str = 'area', antialias: bool = False):
+  """Resizes so the shorter side is `smaller_size`, keeping the aspect ratio (V-MoE eval).
+
+  V-MoE's op (vmoe/data/pp_ops.py resize_small): scale = smaller_size / min(h, w), new sides
+  round(side * scale), resampled with tf.image.resize_area (area averaging, which
+  tf.image.resize(method='area') computes too); 'area' is the default so that the string
+  'resize_small(256)' means what it means in V-MoE's configs. The result is rounded back to uint8,
+  where V-MoE keeps the float (at most half a grey level apart).
+  """
   _pair(smaller_size, 'resize_small')
 
   def op(example):
@@ -180,7 +187,9 @@ def central_crop(size):
 def inception_crop(size, area_min: float = 5, area_max: float = 100):
   """Random crop of area_min..area_max % of the image, aspect 3/4..4/3, resized to `size`.
 
-  The Inception crop (Szegedy et al. 2015) with big_vision's default area range 5-100%.
+  The Inception crop (Szegedy et al. 2015) with V-MoE's (and big_vision's) default area range
+  5-100%, and up to 100 tries to sample a box before falling back to the whole image: TF's
+  default, which V-MoE's inception_crop keeps (vmoe/data/pp_ops.py).
   """
   size = _pair(size, 'inception_crop')
   if not 0 < area_min <= area_max <= 100:
@@ -192,7 +201,7 @@ def inception_crop(size, area_min: float = 5, area_max: float = 100):
     begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4]), seed=seed,
         area_range=(area_min / 100, area_max / 100), aspect_ratio_range=(3 / 4, 4 / 3),
-        min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=10)
+        min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=100)
     crop = tf.slice(image, begin, crop_size)
     crop.set_shape([None, None, image.shape[-1]])   # tf.slice forgets the channel count.
     return _with_image(example, _resize(crop, size, 'bilinear', False))

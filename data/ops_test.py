@@ -70,6 +70,20 @@ def test_resize_small_keeps_aspect_ratio():
   assert out.shape == (20, 30, 1)
 
 
+def test_resize_small_averages_areas_as_vmoe():
+  # Shorter side 2 -> 1 halves both sides: each output pixel is the mean of a 2x2 block,
+  # (0 + 10 + 40 + 50) / 4 = 25 and (20 + 30 + 60 + 70) / 4 = 45.
+  image = np.array([[0, 10, 20, 30], [40, 50, 60, 70]], np.uint8)[..., None]
+  np.testing.assert_array_equal(run('resize_small(1)', {'image': image})['image'].ravel(), [25, 45])
+  # V-MoE's op on a 300x451 photo-sized image: ratio 256 / 300, sides round(300 * 256 / 300) = 256
+  # and round(451 * 0.8533) = round(384.85) = 385, resampled by tf.image.resize_area (TF1's op).
+  image = np.random.default_rng(0).integers(0, 256, (300, 451, 3), dtype=np.uint8)
+  reference = tf.compat.v1.image.resize_area(image[None], [256, 385])[0].numpy()
+  out = run('resize_small(256)', {'image': image})['image']
+  assert out.shape == (256, 385, 3) and out.dtype == np.uint8
+  np.testing.assert_array_equal(out, np.clip(np.round(reference), 0, 255).astype(np.uint8))
+
+
 def test_decode_channels_and_grayscale():
   rgb = np.zeros((2, 2, 3), np.uint8)
   rgb[..., 0] = 255                      # Pure red: luma 0.299 * 255 = 76.

@@ -1,11 +1,18 @@
 """RandAugment (Cubuk et al. 2020, arXiv:1909.13719) on uint8 (H, W, C) images, C = 1 or 3.
 
-Each of `num_layers` layers picks one of the 16 ops below uniformly and applies it with a
-probability drawn from U(0.2, 0.8), the variant of the TPU EfficientNet reference that ViT and
-V-MoE train with ("randaug(2, 20)" in V-MoE's ImageNet-21k config). A magnitude is a level on the
-reference's 0..10 scale and is not clipped: magnitude 20 doubles each op's level-10 strength (60
-degree rotations, 0.6 shear, enhancement factors up to 3.7), and makes Posterize (8 bits) and
-Solarize (threshold 512) no-ops, as in the reference.
+Each of `num_layers` layers picks one of the 16 ops below uniformly and always applies it: the
+variant of the TPU EfficientNet reference that ViT and V-MoE train with ("randaug(2, 20)" in V-MoE's
+ImageNet-21k config). The reference's `distort_image_with_randaugment`
+(tensorflow/tpu models/official/efficientnet/autoaugment.py) draws a probability from U(0.2, 0.8)
+for every op, but `_parse_policy_info` hands it back unused (`func, _, args = ...`) and the selected
+op runs unconditionally (`tf.cond(tf.equal(i, op_to_select), ...)`); only AutoAugment's policies
+apply their ops with a probability. A magnitude is a level on the reference's 0..10 scale and is
+not clipped: magnitude 20 doubles each op's level-10 strength (60 degree rotations, 0.6 shear,
+enhancement factors up to 3.7), and makes Posterize (8 bits) and Solarize (threshold 512) no-ops,
+as in the reference. AutoContrast is also the identity on an image whose every channel already
+spans 0..255 (scale 255 / (255 - 0) = 1), in the reference as here; every other op changes a
+random 32x32 image at magnitude 20. So one layer leaves a random image unchanged with probability
+(2 + q) / 16, q the chance that all its channels span 0..255 (randaug_test checks it).
 
 Level -> argument (the reference's formulas, level = magnitude / 10):
   Rotate           30 * level degrees, random sign
@@ -49,13 +56,10 @@ def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float
   layer_seeds = tf.random.experimental.stateless_split(seed, num_layers)
 
   def layer(i, image):
-    choice_seed, prob_seed, coin_seed, op_seed = tf.unstack(
-        tf.random.experimental.stateless_split(layer_seeds[i], 4))
+    choice_seed, op_seed = tf.unstack(tf.random.experimental.stateless_split(layer_seeds[i], 2))
     choice = tf.random.stateless_uniform([], choice_seed, 0, len(OPS), tf.int32)
-    prob = tf.random.stateless_uniform([], prob_seed, 0.2, 0.8)
-    applied = tf.random.stateless_uniform([], coin_seed) < prob
     branches = [_branch(fn, image, level, op_seed) for fn in OPS.values()]
-    return i + 1, tf.cond(applied, lambda: tf.switch_case(choice, branches), lambda: image)
+    return i + 1, tf.switch_case(choice, branches)   # Always applied, as in the reference.
 
   # A loop, not a Python for: the 16 branches are traced once, not once per layer.
   _, image = tf.while_loop(lambda i, _: i < num_layers, layer, (tf.constant(0), image))

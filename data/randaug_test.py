@@ -124,3 +124,50 @@ def test_distort_rejects_float_and_unknown_channels():
     randaug.distort(tf.zeros([4, 4, 3]), SEED, 2, 10.0)
   with pytest.raises(ValueError, match='channel'):
     randaug.distort(tf.zeros([4, 4, 2], tf.uint8), SEED, 2, 10.0)
+
+
+# At magnitude 20 (level 2) the reference's arithmetic makes two ops exact no-ops on any image:
+# Posterize keeps int(4 * 2) = 8 bits and Solarize's threshold is int(256 * 2) = 512 > 255.
+NO_OPS_AT_20 = ('Posterize', 'Solarize')
+
+
+def full_range_probability(pixels: int) -> float:
+  """P(pixels iid uniform 0..255 include both 0 and 255), by inclusion-exclusion:
+  1 - P(no 0) - P(no 255) + P(neither) = 1 - 2 (255/256)^n + (254/256)^n."""
+  return 1 - 2 * (255 / 256) ** pixels + (254 / 256) ** pixels
+
+
+def test_every_op_changes_a_random_image_at_magnitude_20_except_the_no_ops():
+  rng = np.random.default_rng(5)
+  # Pixels in 16..239: no channel spans 0..255, so AutoContrast stretches it.
+  image = rng.integers(16, 240, (32, 32, 3), dtype=np.uint8)
+  for i, name in enumerate(randaug.OPS):
+    out = op(name, image, 20, seed=tf.constant([i, 1], tf.int64))
+    assert np.array_equal(out, image) == (name in NO_OPS_AT_20), name
+  # A channel holding both 0 and 255 maps through (x - 0) * 255 / 255: AutoContrast is then the
+  # identity, in the reference (scale 1, offset 0) as here.
+  image[0, 0], image[0, 1] = 0, 255
+  np.testing.assert_array_equal(op('AutoContrast', image, 20), image)
+
+
+def test_distort_always_applies_the_chosen_op():
+  # One layer at magnitude 20 picks each of the 16 ops with probability 1/16 and applies it (the
+  # reference draws a probability from U(0.2, 0.8) and discards it). An image comes out unchanged
+  # iff the op was Posterize or Solarize, or AutoContrast on an image whose 3 channels each span
+  # 0..255 (probability q = full_range_probability(32 * 32)^3 = 0.8958 for uniform pixels; the
+  # other 13 ops change a random image, see the test above). So P(unchanged) = p = (2 + q) / 16
+  # = 0.1810, and over N independent images the unchanged fraction has std sqrt(p (1 - p) / N)
+  # (binomial); at N = 1000 that is 0.0122, and the bound of 4 std (0.049) fails a correct
+  # implementation with probability 6e-5. Applying each op with probability U(0.2, 0.8) instead
+  # gives 0.5 + 0.5 p = 0.590, 33 std away.
+  n = 1000
+  q = full_range_probability(32 * 32) ** 3
+  p = (len(NO_OPS_AT_20) + q) / len(randaug.OPS)
+  std = np.sqrt(p * (1 - p) / n)
+  images = tf.constant(np.random.default_rng(6).integers(0, 256, (n, 32, 32, 3), dtype=np.uint8))
+  seeds = tf.stack([tf.range(n, dtype=tf.int64), tf.fill([n], tf.constant(11, tf.int64))], axis=1)
+  distort = tf.function(lambda images, seeds: tf.map_fn(
+      lambda args: randaug.distort(args[0], args[1], 1, 20.0), (images, seeds),
+      fn_output_signature=tf.uint8))
+  unchanged = np.all(distort(images, seeds).numpy() == images.numpy(), axis=(1, 2, 3)).mean()
+  assert abs(unchanged - p) < 4 * std, (unchanged, p, std)

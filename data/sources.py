@@ -80,11 +80,14 @@ class TfdsSource:
     (TFDS refuses one that differs from the prepared data's); preparing passes array_record.
   prepare: prepares the builder in seconds (embedded sets), or None when a user must build it.
   missing: (data_config, builder) -> the steps that obtain the data, for a builder not prepared.
+  size_note: what a training split of the wrong size (data.train_images) should have been, and
+    where to get it; appended to that error.
   """
   make_builder: Callable
   prepare: Callable | None
   missing: Callable[..., str] | None
   aliases: dict = dataclasses.field(default_factory=dict)
+  size_note: str = ''
 
   def builder(self, data_config, release: str | None):
     """The prepared builder; embedded sets are prepared here, others fail with the steps."""
@@ -108,15 +111,17 @@ class TfdsSource:
       builder = self.make_builder(data_config, release)
     return tfds.builder_from_directory(builder.data_dir) if builder.is_prepared() else builder
 
-  def check(self, data_config, release, splits) -> int | None:
+  def check(self, data_config, release, splits) -> tuple[int | None, list[int]]:
+    """(classes of 'label', examples of each split); fails with what to do if one is missing."""
     builder = self.builder(data_config, release)
+    sizes = []
     for split in splits:
       spec = self.aliases.get(split, split)
       try:
-        builder.info.splits[spec].num_examples  # pylint: disable=expression-not-assigned
+        sizes.append(builder.info.splits[spec].num_examples)
       except (KeyError, ValueError, AssertionError) as e:
         raise ValueError(self._bad_split(builder, split, e)) from None
-    return builder.info.features['label'].num_classes
+    return builder.info.features['label'].num_classes, sizes
 
   def _bad_split(self, builder, split: str, error: Exception) -> str:
     valid = list(builder.info.splits) + list(self.aliases)
@@ -299,6 +304,7 @@ def _slice(split: str, num_examples: int, description: str) -> tuple[int, int]:
 @dataclasses.dataclass(frozen=True)
 class RecordFilesSource:
   """User files of multi-label records (data.files, data.file_format)."""
+  size_note: str = ''
 
   def _pattern(self, data_config, split: str) -> tuple[str, str]:
     if not data_config.files:
@@ -329,11 +335,14 @@ class RecordFilesSource:
           'serialize_example) and set --config.data.files to their glob.') from None
     return records_lib.RecordFiles(files, data_config.file_format)
 
-  def check(self, data_config, release, splits) -> None:
+  def check(self, data_config, release, splits) -> tuple[None, list[int]]:
+    """(None: multi-label, records of each split); fails with what to do if one is missing."""
     del release
+    sizes = []
     for split in splits:
-      files = self._files(data_config, split)
-      _slice(split, len(files), 'multilabel_records')
+      start, stop = _slice(split, len(self._files(data_config, split)), 'multilabel_records')
+      sizes.append(stop - start)
+    return None, sizes
 
   def open(self, data_config, release, split: str) -> Records:
     del release
@@ -351,11 +360,18 @@ class RecordFilesSource:
 # ---------------------------------------------------------------------------------------------
 # Registry and entry points.
 
+# The release behind configs/common.py IMAGENET21K_TRAIN_IMAGES (V-MoE's data).
+_IMAGENET21K_SIZE_NOTE = (
+    f'; the paper configs count ImageNet-21k fall11 ({imagenet21k.FALL11_IMAGES:,} images less '
+    f'the {imagenet21k.HOLDOUT_SIZE:,} held out): download fall11_whole.tar from '
+    f'{imagenet21k.DOWNLOAD_PAGE} and build it with '
+    '`python -m data.prepare build imagenet21k/fall11`')
+
 SOURCES = {
     'fashion_mnist': TfdsSource(_fashion_mnist_builder, _prepare_embedded, None),
     'digits': TfdsSource(_digits_builder, _prepare_embedded, None),
     'imagenet21k': TfdsSource(_imagenet21k_builder, None, _imagenet21k_missing,
-                              aliases=imagenet21k.SPLIT_ALIASES),
+                              aliases=imagenet21k.SPLIT_ALIASES, size_note=_IMAGENET21K_SIZE_NOTE),
     'imagenet2012': TfdsSource(_imagenet2012_builder, None, _imagenet2012_missing),
     'multilabel_records': RecordFilesSource(),
 }
@@ -377,8 +393,11 @@ def check_available(data_config) -> None:
 
   Prepares the embedded sets (seconds). For ImageNet the error gives the download page, where to
   put the archives, the build command and the config keys (data.manual_dir, data.data_dir).
-  Also parses pp_train and pp_eval, checks train_split and eval_split, and that
-  data.num_classes covers the source's classes.
+  Also parses pp_train and pp_eval, checks train_split and eval_split, that data.num_classes
+  covers the source's classes, and that train_split holds data.train_images examples (unless it
+  is None): the count num_train_steps was computed from, so that a data set of another size (such
+  as ImageNet-21k winter21 for the paper configs' fall11) is refused, not trained for a different
+  number of epochs.
   """
   for key in ('pp_train', 'pp_eval'):
     try:
@@ -386,8 +405,15 @@ def check_available(data_config) -> None:
     except ValueError as e:
       raise ValueError(f'data.{key}: {e}') from None
   source, release = get_source(data_config.name)
-  num_classes = source.check(data_config, release,
-                             [data_config.train_split, data_config.eval_split])
+  num_classes, (num_train, _) = source.check(data_config, release,
+                                             [data_config.train_split, data_config.eval_split])
+  expected = data_config.train_images
+  if expected is not None and num_train != expected:
+    raise ValueError(
+        f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples, but '
+        f'num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
+        f'train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
+        f'--config.num_train_steps to match (epochs x {num_train} / batch_size).')
   if num_classes is not None and data_config.num_classes < num_classes:
     raise ValueError(f'data.num_classes={data_config.num_classes} but {data_config.name} has '
                      f'{num_classes} classes; set data.num_classes (and onehot(...) in the pp '

@@ -18,7 +18,7 @@ def data_config(**overrides) -> ml_collections.ConfigDict:
       'pp_train': 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
       'pp_eval': 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
       'num_classes': 10, 'shuffle_buffer': 10_000, 'cache': False, 'data_dir': None,
-      'manual_dir': None, 'files': None, 'file_format': None,
+      'manual_dir': None, 'files': None, 'file_format': None, 'train_images': None,
   }
   config.update(overrides)
   return ml_collections.ConfigDict(config)

@@ -74,11 +74,35 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
   }
 
 
+EXPERT_INITS = ('shared', 'independent')
+
+
+def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
+  """An initializer of stacked expert parameters (E, ...) from one of a single expert's (...).
+
+  'shared': every expert starts from the same draw, as V-MoE's ImageNet-21k recipe does (its
+  experts' initialisation is vmapped with split_rngs=False for 'params'); 'independent': each
+  expert draws its own.
+  """
+  if expert_init not in EXPERT_INITS:
+    raise ValueError(f'unknown moe.expert_init {expert_init!r}; valid: {", ".join(EXPERT_INITS)}.')
+
+  def stacked(key, shape, dtype=jnp.float32):
+    if expert_init == 'shared':
+      return jnp.broadcast_to(init(key, shape[1:], dtype), shape)
+    return jax.vmap(lambda k: init(k, shape[1:], dtype))(jax.random.split(key, shape[0]))
+  return stacked
+
+
 class Experts(nn.Module):
-  """E independent two-layer GELU MLPs with stacked weights, applied to buffers (E, G, C, D)."""
+  """E two-layer GELU MLPs with stacked weights, applied to buffers (E, G, C, D).
+
+  expert_init: 'shared' (one initial draw for all experts, V-MoE's) or 'independent'.
+  """
   num_experts: int
   mlp_dim: int
   dropout_rate: float = 0.0
+  expert_init: str = 'shared'
 
   @nn.compact
   def __call__(self, buffers: jax.Array, *, train: bool) -> jax.Array:
@@ -87,8 +111,8 @@ class Experts(nn.Module):
     buffers = sharding.constrain(buffers, sharding.EXPERT_BUFFERS)
     dim = buffers.shape[-1]
     # Each expert is initialised like a ViT MLP (Xavier-uniform kernels, near-zero biases).
-    kernel_init = nn.initializers.xavier_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))
-    bias_init = nn.initializers.normal(stddev=1e-6)
+    kernel_init = expert_initializer(nn.initializers.xavier_uniform(), self.expert_init)
+    bias_init = expert_initializer(nn.initializers.normal(stddev=1e-6), self.expert_init)
     wi = self.param('wi', kernel_init, (self.num_experts, dim, self.mlp_dim))
     bi = self.param('bi', bias_init, (self.num_experts, self.mlp_dim))
     wo = self.param('wo', kernel_init, (self.num_experts, self.mlp_dim, dim))
@@ -110,7 +134,8 @@ class MoeMlp(nn.Module):
 
   Sparse routers route groups of `group_size` images (S = group_size * N tokens); Soft MoE routes
   every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
-  losses, to add to the training loss) and the router health of `routing_metrics`.
+  losses, to add to the training loss), the router health of `routing_metrics`, and the
+  sparsity-constrained solver's health when it runs (routing.Router).
   """
   num_experts: int
   mlp_dim: int
@@ -118,6 +143,7 @@ class MoeMlp(nn.Module):
   group_size: int
   dispatch: str = 'indices'      # 'indices' (gather/scatter) or 'einsum' (dense reference path).
   dropout_rate: float = 0.0
+  expert_init: str = 'shared'    # See Experts.
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
@@ -131,9 +157,10 @@ class MoeMlp(nn.Module):
     groups = x.reshape(batch // images_per_group, images_per_group * tokens_per_image, dim)
     num_tokens = groups.shape[1]
 
-    route, aux_loss = routing.Router(self.router, self.num_experts, name='router')(
+    route, router_metrics = routing.Router(self.router, self.num_experts, name='router')(
         groups, train=train)
-    experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, name='experts')
+    experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, self.expert_init,
+                      name='experts')
     if isinstance(route, routing.SparseRouting) and self.dispatch == 'indices':
       outputs = experts(dispatch_by_index(groups, route.slot_token), train=train)
       y = combine_by_index(outputs, route.slot_token, route.slot_weight, num_tokens)
@@ -150,6 +177,5 @@ class MoeMlp(nn.Module):
 
     y = sharding.constrain(y, sharding.BATCH)   # Combined tokens go back to their images' devices.
     capacity = outputs.shape[2]
-    metrics = routing_metrics(route, num_tokens, capacity)
-    metrics['aux_loss'] = aux_loss
+    metrics = {**routing_metrics(route, num_tokens, capacity), **router_metrics}
     return y.reshape(batch, tokens_per_image, dim).astype(x.dtype), metrics

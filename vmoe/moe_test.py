@@ -135,3 +135,19 @@ def test_group_size_must_divide_the_batch():
   layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, routing.RouterConfig('softmax_ec', 1), group_size=3)
   with pytest.raises(ValueError, match=r'group size \(3 images\) must divide the batch of 4'):
     layer.init(jax.random.PRNGKey(0), X)
+
+
+@pytest.mark.parametrize('expert_init', moe.EXPERT_INITS)
+def test_experts_start_shared_or_independent(expert_init):
+  # 'shared' (V-MoE i21k, split_rngs=False): all E experts equal one draw of a single expert's
+  # Xavier-uniform initialiser, bound sqrt(6 / (D + F)); 'independent': E different draws.
+  layer = moe.Experts(NUM_EXPERTS, MLP_DIM, expert_init=expert_init)
+  buffers = jnp.zeros((NUM_EXPERTS, 2, 3, 16))                     # (E, G, C, D), D = 16.
+  params = layer.init(jax.random.PRNGKey(0), buffers, train=False)['params']
+  wi = params['wi']
+  assert wi.shape == (NUM_EXPERTS, 16, MLP_DIM)
+  assert float(jnp.max(jnp.abs(wi))) <= np.sqrt(6 / (16 + MLP_DIM))
+  same = [bool(jnp.all(wi[e] == wi[0])) for e in range(NUM_EXPERTS)]
+  assert all(same) == (expert_init == 'shared') and any(same[1:]) == (expert_init == 'shared')
+  with pytest.raises(ValueError, match="unknown moe.expert_init 'split'"):
+    moe.expert_initializer(nn.initializers.zeros, 'split')

@@ -96,6 +96,11 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, BATCH)
 
 
+def batch_shards(mesh: Mesh) -> int:
+  """Pieces `batch_sharding` cuts a batch into: consecutive chunks, one per device."""
+  return int(np.prod([mesh.shape[axis] for axis in BATCH_AXES]))
+
+
 def put_batch(batch: dict, sharding: NamedSharding) -> dict:
   """Assembles a global batch from this process's local numpy batch."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import optax
 
 from evaluation import classify
+from vmoe import sharding
 
 StepFn = Callable[[Any, dict, jax.Array], tuple[Any, dict]]
 
@@ -38,7 +39,8 @@ def classification_loss(logits: jax.Array, labels: jax.Array, kind: str) -> jax.
 
 
 def router_summary(router_metrics: dict) -> dict:
-  """Per MoE block scalars for logging: dropped tokens, experts per token, load imbalance."""
+  """Per MoE block scalars for logging: dropped tokens, experts per token, load imbalance, and the
+  sparsity-constrained solver's row error and fallback count where it runs."""
   out = {}
   for block, m in router_metrics.items():
     for key in ('dropped_tokens', 'experts_per_token_mean', 'experts_per_token_min',
@@ -46,6 +48,9 @@ def router_summary(router_metrics: dict) -> dict:
       out[f'router/{block}/{key}'] = m[key]
     load = m['expert_load']   # max/mean load: 1 is perfect balance.
     out[f'router/{block}/load_max_over_mean'] = jnp.max(load) / jnp.maximum(jnp.mean(load), 1e-9)
+    for key in ('solver_row_error', 'solver_fallbacks'):   # Sparsity-constrained routers only.
+      if key in m:
+        out[f'router/{block}/{key}'] = m[key]
   return out
 
 
@@ -71,23 +76,72 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, loss_kin
   return train_step
 
 
-def mixup(batch: dict, rng: jax.Array, alpha: float) -> dict:
-  """Mixes each example with the batch rolled by one, weight lambda ~ Beta(alpha, alpha).
+# V-MoE mixes each example with one other (configs/vmoe_paper/common.py get_mixup_config: size = 2;
+# pretrain_imagenet21k.py: mixup_size = 2).
+MIXUP_SIZE = 2
 
-  One lambda per batch (as big_vision's mixup); the labels mix with the same weight.
+
+def mixup_weights(rng: jax.Array, concentration: float, num_chunks: int, size: int) -> jax.Array:
+  """(num_chunks, size) mixing weights: one Dirichlet(concentration) draw per chunk, sorted
+  descending.
+
+  V-MoE (vmoe/train/trainer.py, `mixup` and `wrap_train_step_with_mixup`, granularity 'device'):
+  one draw per device, largest weight first. The largest weight goes to the example itself, so
+  every example stays the dominant one of its mix (weight >= 1/size); unsorted, a draw near
+  (0, 1) would replace an example by its neighbour and lose it (V-MoE's comment on the sort).
   """
-  lam = jax.random.beta(rng, alpha, alpha)
-  mix = lambda v: lam * v + (1.0 - lam) * jnp.roll(v, 1, axis=0)
-  return {**batch, 'image': mix(batch['image']), 'labels': mix(batch['labels'])}
+  draws = jax.random.dirichlet(rng, jnp.full((num_chunks, size), concentration, jnp.float32))
+  return -jnp.sort(-draws, axis=-1)
 
 
-def with_mixup(step: StepFn, alpha: float) -> StepFn:
-  """Wraps a step so that it trains on mixed-up batches; the signature is unchanged."""
-  if alpha <= 0:
+def mix(batch: dict, weights: jax.Array) -> dict:
+  """Mixes 'image' and 'labels' within consecutive chunks of the batch, one weight row per chunk.
+
+  weights: (K, M), K chunks of B / K examples. Example i of chunk k becomes
+  sum_j weights[k, j] * example (i + j) mod (B / K) of the same chunk (V-MoE rolls the per-device
+  batch by -j). With K the number of devices along the batch axes, each chunk is one device's
+  shard (batch_sharding splits the leading axis into K consecutive pieces), so this is V-MoE's
+  per-device mixup and needs no communication between devices.
+  """
+  num_chunks, size = weights.shape
+
+  def mix_array(v):
+    if v.shape[0] % num_chunks:
+      raise ValueError(f'mixup: a batch of {v.shape[0]} does not split into {num_chunks} chunks '
+                       '(one per device); use a batch_size divisible by the device count.')
+    chunks = v.reshape((num_chunks, v.shape[0] // num_chunks) + v.shape[1:])
+    w = weights.reshape(weights.shape + (1,) * (chunks.ndim - 1)).astype(v.dtype)   # (K, M, 1..)
+    mixed = sum(w[:, j] * jnp.roll(chunks, -j, axis=1) for j in range(size))   # (K, B / K, ...)
+    return mixed.reshape(v.shape)
+
+  return {**batch, 'image': mix_array(batch['image']), 'labels': mix_array(batch['labels'])}
+
+
+def mixup(batch: dict, rng: jax.Array, concentration: float, num_chunks: int) -> dict:
+  """V-MoE's per-device mixup of a global batch: Dirichlet(concentration) weights per chunk of the
+  per-device size, sorted so the original example dominates; the labels mix with the same weights.
+
+  The (num_chunks, 2) weights are drawn replicated: every device draws all rows (a few gamma
+  samples each) and keeps its own. Drawn sharded, the gamma sampler's rejection loop would
+  all-reduce its stopping test over the devices at every iteration (V-MoE warns that
+  jax.random.gamma does not shard well).
+  """
+  weights = mixup_weights(rng, concentration, num_chunks, MIXUP_SIZE)
+  return mix(batch, sharding.constrain(weights, sharding.P()))
+
+
+def with_mixup(step: StepFn, concentration: float, num_chunks: int) -> StepFn:
+  """Wraps a step so that it trains on mixed-up batches; the signature is unchanged.
+
+  concentration: config.mixup_alpha, the Dirichlet concentration (V-MoE mixup.concentration;
+  0 turns mixup off, as in V-MoE). num_chunks: devices along the batch axes
+  (sharding.batch_shards), so that each device's shard is mixed on its own.
+  """
+  if concentration <= 0:
     return step
 
   def mixup_step(state, batch, rng):
     mix_rng, step_rng = jax.random.split(rng)
-    return step(state, mixup(batch, mix_rng, alpha), step_rng)
+    return step(state, mixup(batch, mix_rng, concentration, num_chunks), step_rng)
 
   return mixup_step

@@ -76,8 +76,10 @@ def first_non_finite(pending: list):
 def build_step(config, model, tx, mesh, state_shardings):
   """The training step of `config` (mixup, MoE constraints on `mesh`), jitted with its shardings:
   (state, batch, rng) -> (state, metrics), the state donated."""
+  # Mixup mixes each device's shard on its own (V-MoE's granularity 'device').
   step_fn = sharding.with_mesh(train_lib.with_mixup(
-      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha), mesh)
+      train_lib.make_train_step(model, tx, config.loss), config.mixup_alpha,
+      num_chunks=sharding.batch_shards(mesh)), mesh)
   return jax.jit(step_fn, in_shardings=(state_shardings, sharding.batch_sharding(mesh), None),
                  out_shardings=(state_shardings, None), donate_argnums=(0,))
 

@@ -87,6 +87,7 @@ class MoeSettings:
   group_size: int
   router: routing.RouterConfig
   dispatch: str
+  expert_init: str = 'shared'
 
 
 class MlpBlock(nn.Module):
@@ -128,7 +129,8 @@ class EncoderBlock(nn.Module):
     y, metrics = moe_lib.MoeMlp(
         num_experts=self.moe.num_experts, mlp_dim=self.mlp_dim, router=self.moe.router,
         group_size=self.moe.group_size, dispatch=self.moe.dispatch,
-        dropout_rate=self.dropout_rate, name='moe')(y, train=train)
+        expert_init=self.moe.expert_init, dropout_rate=self.dropout_rate, name='moe')(
+            y, train=train)
     return x + y, metrics
 
 
@@ -212,7 +214,8 @@ def build_model(config) -> VisionTransformer:
     settings = MoeSettings(
         layers=moe_layer_indices(arch['depth'], config.moe.every),
         num_experts=config.moe.num_experts, group_size=config.moe.group_size,
-        router=routing.RouterConfig(**config.moe.router), dispatch=config.moe.dispatch)
+        router=routing.RouterConfig(**config.moe.router), dispatch=config.moe.dispatch,
+        expert_init=config.moe.expert_init)
   return VisionTransformer(
       num_classes=config.model.num_classes, patch_size=patch_size, pool=config.model.pool,
       representation_size=config.model.representation_size,

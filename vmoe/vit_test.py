@@ -19,7 +19,7 @@ def make_config(variant='mu/4', router='softmax_ec', num_experts=4, c=1.0, num_c
                 'representation_size': representation_size, 'head_bias_init': -10.0,
                 'pool': pool},
       'moe': {'num_experts': num_experts, 'every': 2, 'group_size': group_size,
-              'dispatch': 'indices',
+              'dispatch': 'indices', 'expert_init': 'shared',
               'router': {'name': router, 'capacity_factor': c, 'softmax_combine': True,
                          'noise_std': noise_std, 'importance_loss_weight': loss_weight,
                          'load_loss_weight': loss_weight, 'sinkhorn_iters': 5,

@@ -11,6 +11,8 @@ All are pure functions of one group; vmap them over groups.
 """
 import functools
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -139,8 +141,9 @@ def _entropic_potentials(scores_t, num_iters):
   (rows 1, columns T/E) with eps = WARM_START_TEMPERATURE * std(S), and alpha = -eps f for its
   token potentials f. Iterated in the scaling domain (two matrix-vector products per iteration
   instead of two logsumexps: 7x faster on this CPU) on K = exp((S - max_e S) / eps), whose
-  largest entry per token is 1, so no token's sum vanishes; a non-finite result (an expert far
-  below every token) falls back to 0.
+  largest entry per token is 1, so no token's sum vanishes. Returns (alpha, usable): a
+  non-finite result (an expert far below every token) is replaced by 0 and usable is False, which
+  the solver reports as a fallback.
   """
   num_experts, num_tokens = scores_t.shape
   eps = WARM_START_TEMPERATURE * jnp.maximum(jnp.std(scores_t), 1e-6)
@@ -153,14 +156,18 @@ def _entropic_potentials(scores_t, num_iters):
 
   v = jax.lax.fori_loop(0, num_iters, update, jnp.ones((num_experts,), jnp.float32))
   alpha = shift - eps * jnp.log(token_scale(v))
-  return jnp.where(jnp.all(jnp.isfinite(alpha)), alpha, 0.0)
+  usable = jnp.all(jnp.isfinite(alpha))
+  return jnp.where(usable, alpha, 0.0), usable
 
 
 def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, linesearch,
                      warm_start_iters=0):
   """L-BFGS on the semi-dual of scores_t (E, T) from alpha = 0, or from entropic potentials
   (_entropic_potentials) when warm_start_iters > 0: the best (lowest F) iterate seen after
-  num_steps steps, as potentials alpha (T,) and the support (E, C) of its sparse plan.
+  num_steps steps, as potentials alpha (T,) and the support (E, C) of its sparse plan, and
+  whether the solver fell back: its warm start was not finite (it then starts at 0), or no step
+  lowered F below the start's, so the result is the start itself (plain Expert Choice on S from
+  alpha = 0). With num_steps = 0 returning the start is asked for and is no fallback.
 
   Step scale: optax's L-BFGS takes a first step of norm min(1, ||grad||), and its later steps are
   invariant to rescaling alpha. A norm-1 step is far too long when the scores are nearly uniform
@@ -197,8 +204,12 @@ def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, li
   optimizer = optax.lbfgs(memory_size=memory_size,
                           linesearch=make_linesearch() if make_linesearch else None)
   u0 = jnp.zeros((num_tokens,), jnp.float32)
+  warm_start_usable = jnp.array(True)
   if warm_start_iters:
-    u0 = _entropic_potentials(scores_t, warm_start_iters) / scale
+    alpha0, warm_start_usable = _entropic_potentials(scores_t, warm_start_iters)
+    u0 = alpha0 / scale
+  fell_back = lambda best_value, start_value: jnp.logical_or(
+      ~warm_start_usable, (num_steps > 0) & (best_value >= start_value))
 
   if make_linesearch:
     value_and_grad_from_state = optax.value_and_grad_from_state(semi_dual)
@@ -212,31 +223,55 @@ def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, li
       best_u, best_value = _keep_lower(u, optax.tree.get(opt_state, 'value'), best_u, best_value)
       return u, opt_state, best_u, best_value
 
-    init = (u0, optimizer.init(u0), u0, semi_dual(u0))
-    alpha = scale * jax.lax.fori_loop(0, num_steps, search_step, init)[2]
-    return alpha, jax.lax.top_k(scores_t - alpha[None, :], capacity)[1]
+    start_value = semi_dual(u0)
+    init = (u0, optimizer.init(u0), u0, start_value)
+    _, _, best_u, best_value = jax.lax.fori_loop(0, num_steps, search_step, init)
+    alpha = scale * best_u
+    return (alpha, jax.lax.top_k(scores_t - alpha[None, :], capacity)[1],
+            fell_back(best_value, start_value))
 
   def evaluate(u, best, best_value):   # best = (alpha, support) of the lowest F so far.
     alpha = scale * u
     value, grad, support = _semi_dual_at(alpha, scores_t, column_mass, capacity)
     best, best_value = _keep_lower((alpha, support), value, best, best_value)
-    return scale * grad, best, best_value
+    return scale * grad, value, best, best_value
 
-  def unit_step(_, carry):
-    u, opt_state, best, best_value = carry
-    grad, best, best_value = evaluate(u, best, best_value)
+  def unit_step(i, carry):
+    u, opt_state, best, best_value, start_value = carry
+    grad, value, best, best_value = evaluate(u, best, best_value)
+    start_value = jnp.where(i == 0, value, start_value)       # Step 0 evaluates the start.
     updates, opt_state = optimizer.update(grad, opt_state, u)
-    return u + jnp.clip(updates, -max_move, max_move), opt_state, best, best_value
+    return u + jnp.clip(updates, -max_move, max_move), opt_state, best, best_value, start_value
 
   no_support = jnp.zeros((scores_t.shape[0], capacity), jnp.int32)
-  init = (u0, optimizer.init(u0), (scale * u0, no_support), jnp.array(jnp.inf, jnp.float32))
-  u, _, best, best_value = jax.lax.fori_loop(0, num_steps, unit_step, init)
-  return evaluate(u, best, best_value)[1]   # The last iterate is evaluated here.
+  inf = jnp.array(jnp.inf, jnp.float32)
+  init = (u0, optimizer.init(u0), (scale * u0, no_support), inf, inf)
+  u, _, best, best_value, start_value = jax.lax.fori_loop(0, num_steps, unit_step, init)
+  _, _, (alpha, support), best_value = evaluate(u, best, best_value)   # The last iterate.
+  return alpha, support, fell_back(best_value, start_value)
 
 
 def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
                          memory_size: int = 3, linesearch: str = 'none',
                          warm_start_iters: int = 0) -> jax.Array:
+  """The plan of sparsity_constrained_with_info (see there), without the solver's report."""
+  return sparsity_constrained_with_info(scores, capacity, num_steps, memory_size, linesearch,
+                                        warm_start_iters)[0]
+
+
+class SolverReport(NamedTuple):
+  """How the sparsity-constrained solver did on one group (router metrics, moe.py).
+
+  row_error: mean over tokens of |row sum of the plan - 1| (0 when every row constraint holds).
+  fell_back: the solver returned its start (see _solve_semi_dual), float32 1.0 or 0.0.
+  """
+  row_error: jax.Array
+  fell_back: jax.Array
+
+
+def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: int = 10,
+                                   memory_size: int = 3, linesearch: str = 'none',
+                                   warm_start_iters: int = 0):
   """Sparsity-constrained OT plan (Liu et al. 2022) for routing, via its semi-dual.
 
   Primal (eq. sparsity--constrained-objective, a = 1_T, b = (T/E) 1_E):
@@ -285,7 +320,7 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
       against 0.076 for nearly uniform scores there (std 0.1). At c = 2 (tokens split between
       experts) the entropic start is worse than 0 (0.13-0.17 against 0.08-0.10 at 10 steps).
   Returns:
-    (T, E) float32 plan with at most `capacity` nonzeros per column.
+    (T, E) float32 plan with at most `capacity` nonzeros per column, and its SolverReport.
   """
   num_tokens, num_experts = scores.shape
   if not 1 <= capacity <= num_tokens:
@@ -300,12 +335,13 @@ def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
     raise ValueError(f'unknown line search {linesearch!r}; valid: {", ".join(LINESEARCHES)}.')
   scores_t = scores.astype(jnp.float32).T                # (E, T)
   column_mass = num_tokens / num_experts
-  alpha, support = _solve_semi_dual(jax.lax.stop_gradient(scores_t), column_mass, capacity,
-                                    num_steps, memory_size, linesearch,
-                                    warm_start_iters)   # Carries no gradient.
+  alpha, support, fell_back = _solve_semi_dual(
+      jax.lax.stop_gradient(scores_t), column_mass, capacity, num_steps, memory_size, linesearch,
+      warm_start_iters)   # Carries no gradient.
   # The sparse projection at alpha without a second top_k: the support is top_k's at the same
   # alpha, in decreasing order, so the gathered entries are sorted as _simplex_of_sorted needs.
   kept = jnp.take_along_axis(scores_t - jax.lax.stop_gradient(alpha)[None, :], support, axis=-1)
   values = _simplex_of_sorted(kept, column_mass)
   plan_t = jnp.zeros_like(scores_t).at[jnp.arange(num_experts)[:, None], support].set(values)
-  return plan_t.T
+  row_error = jnp.mean(jnp.abs(jnp.sum(jax.lax.stop_gradient(plan_t), axis=0) - 1.0))
+  return plan_t.T, SolverReport(row_error, fell_back.astype(jnp.float32))

@@ -125,7 +125,8 @@ def test_entropic_start_is_sinkhorn_at_temperature_eps():
   # eps log Pi = S + eps f + eps g, alpha + eps log Pi - S depends on the expert only.
   scores = jax.nn.softmax(random_logits(11, 32, 4, 1.0))
   eps = affinity.WARM_START_TEMPERATURE * jnp.std(scores)
-  alpha = affinity._entropic_potentials(scores.T, 7)
+  alpha, usable = affinity._entropic_potentials(scores.T, 7)
+  assert usable
   plan = affinity.sinkhorn(scores / eps, num_iters=7)
   per_expert = alpha[:, None] + eps * jnp.log(plan) - scores
   np.testing.assert_allclose(per_expert - per_expert[:1], 0.0, atol=1e-5)
@@ -137,8 +138,8 @@ def test_entropic_start_is_finite_and_ranks_tokens_by_demand(scale):
   # a token no expert wants.
   scores = jax.nn.softmax(random_logits(12, 64, 8, scale))
   scores = scores.at[0].set(1.0).at[1].set(0.0)
-  alpha = affinity._entropic_potentials(scores.T, 10)
-  assert np.isfinite(alpha).all() and alpha[0] > alpha[1]
+  alpha, usable = affinity._entropic_potentials(scores.T, 10)
+  assert usable and np.isfinite(alpha).all() and alpha[0] > alpha[1]
 
 
 def test_warm_start_balances_better_in_half_the_steps():
@@ -202,4 +203,17 @@ def test_semi_dual_solver_never_ends_above_its_start(linesearch, warm_start_iter
   if warm_start_iters:   # Zero steps return the warm start itself.
     np.testing.assert_allclose(
         affinity._solve_semi_dual(scores_t, 8.0, 8, 0, 3, 'none', warm_start_iters)[0],
-        affinity._entropic_potentials(scores_t, warm_start_iters), rtol=1e-5, atol=1e-6)
+        affinity._entropic_potentials(scores_t, warm_start_iters)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_solver_report_row_error_and_unusable_warm_start(monkeypatch):
+  # row_error is mean_t |sum_e Pi[t, e] - 1| of the returned plan; a warm start that is not
+  # finite (replaced by 0) is reported as a fallback even when the steps then help.
+  scores = jax.nn.softmax(random_logits(5, 32, 4, 1.0))
+  plan, report = affinity.sparsity_constrained_with_info(scores, 8, 5, warm_start_iters=10)
+  np.testing.assert_allclose(report.row_error, jnp.mean(jnp.abs(plan.sum(axis=1) - 1)), rtol=1e-6)
+  assert float(report.fell_back) == 0.0
+  monkeypatch.setattr(affinity, '_entropic_potentials',
+                      lambda scores_t, iters: (jnp.zeros(scores_t.shape[1]), jnp.array(False)))
+  _, report = affinity.sparsity_constrained_with_info(scores, 8, 5, warm_start_iters=10)
+  assert float(report.fell_back) == 1.0

@@ -50,14 +50,29 @@ def algorithm_2(scores, capacity):
 
 
 @pytest.mark.parametrize('tokens,experts,factor,expected', [
-    (392, 32, 1, 12),   # 12.25 -> 12: B/32, 8 images x 49 tokens per group.
-    (392, 32, 2, 24),   # 24.5 -> 24: Python's round() sends halves to the even integer.
-    (1576, 32, 1, 49),  # 49.25 -> 49: B/16.
-    (49, 32, 1, 2),     # 1.53 -> 2: Soft MoE slots for one B/32 image.
+    (400, 32, 1, 12),   # 12.5 -> 12: B/32, 8 images x 50 tokens; halves go to the even integer.
+    (400, 32, 2, 25),   # 25.
+    (1576, 32, 1, 49),  # 49.25 -> 49: B/16 and L/16, 8 images x 197 tokens.
+    (50, 32, 1, 2),     # 1.5625 -> 2: Soft MoE slots for one B/32 image.
     (10, 32, 1, 1),     # 0.31 -> 0 -> at least one slot.
 ])
 def test_compute_capacity_rounds_as_the_paper(tokens, experts, factor, expected):
   assert allocation.compute_capacity(tokens, experts, factor) == expected
+
+
+@pytest.mark.parametrize('tokens,factor,expected', [
+    # T, c -> C for E = 32 under round_half_even, round_half_up, ceil, ceil_multiple_of_4.
+    (400, 1, (12, 13, 13, 16)),     # 12.5: the four rules give three answers.
+    (400, 2, (25, 25, 25, 28)),     # 25 exactly.
+    (1576, 1, (49, 49, 50, 52)),    # 49.25.
+    (1576, 2, (98, 99, 99, 100)),   # 98.5.
+    (50, 2, (3, 3, 4, 4)),          # 3.125: Soft MoE, one B/32 image at c = 2.
+])
+def test_capacity_rounding_rules(tokens, factor, expected):
+  rules = ('round_half_even', 'round_half_up', 'ceil', 'ceil_multiple_of_4')
+  assert tuple(allocation.compute_capacity(tokens, 32, factor, rule) for rule in rules) == expected
+  with pytest.raises(ValueError, match='unknown capacity rounding'):
+    allocation.compute_capacity(tokens, 32, factor, 'floor')
 
 
 @pytest.mark.parametrize('factor', [0, -1])

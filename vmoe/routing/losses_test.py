@@ -1,6 +1,7 @@
 """Tests of the importance and load losses (Appendix A)."""
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -37,3 +38,19 @@ def test_load_loss_hand_worked():
 def test_load_loss_needs_noise():
   with pytest.raises(ValueError, match='needs router noise'):
     losses.load_loss(jnp.zeros((2, 2)), jnp.zeros((2, 2)), 0.0, 1)
+
+
+def test_load_loss_gradient_flows_through_the_noisy_threshold():
+  # V-MoE's threshold is the k-th largest noisy logit with no stop_gradient, so the loss depends
+  # on the noisy logits too; the autodiff gradient equals central differences (h = 1e-2 on a
+  # smooth function: error O(h^2) = 1e-4 of the derivative's scale).
+  logits = jnp.array([[1.0, 0.0, -0.5], [0.2, 0.3, 0.1]])
+  noisy = logits + jnp.array([[0.1, -0.2, 0.3], [-0.1, 0.2, 0.0]])
+  loss = lambda n: losses.load_loss(logits, n, 0.5, 1)
+  grad = jax.grad(loss)(noisy)
+  assert float(jnp.abs(grad).sum()) > 0
+  h = 1e-2
+  bump = lambda i, j, d: noisy.at[i, j].add(d)
+  numeric = np.array([[(loss(bump(i, j, h)) - loss(bump(i, j, -h))) / (2 * h) for j in range(3)]
+                      for i in range(2)])
+  np.testing.assert_allclose(grad, numeric, atol=1e-3 * np.abs(numeric).max())

@@ -53,8 +53,11 @@ class RouterConfig:
   """Everything that defines a router; built from `config.moe.router` (`RouterConfig(**cfg)`).
 
   capacity_factor is c for expert choice and Soft MoE, and k (experts per token, an integer) for
-  token choice; the buffer capacity is C = round(c * T / E) (allocation.compute_capacity).
-  noise_std is relative: the Gaussian noise added to the logits in training has std noise_std / E.
+  token choice; the buffer capacity is C = round(c * T / E), rounded by capacity_rounding
+  (allocation.CAPACITY_ROUNDINGS; default the paper's round, halves to even).
+  noise_std is relative, as V-MoE's: the Gaussian noise added to the logits in training has std
+  noise_std / E. The default 0 means no noise; the paper configs' presets (configs/common.py,
+  moe_config) set 1.0, the reference routers' default, for the softmax and Sinkhorn routers.
   softmax_combine: sparse routers whose affinity is not softmax dispatch with it but combine with
   softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
   sparsity_steps and sparsity_warm_start: L-BFGS steps of the sparsity-constrained OT solver and
@@ -70,6 +73,7 @@ class RouterConfig:
   sinkhorn_iters: int = 20
   sparsity_steps: int = 10
   sparsity_warm_start: int = 0
+  capacity_rounding: str = 'round_half_even'
 
   def __post_init__(self):
     spec = get_router_spec(self.name)
@@ -85,6 +89,9 @@ class RouterConfig:
                        'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
     if self.sinkhorn_iters < 1 or self.sparsity_steps < 0 or self.sparsity_warm_start < 0:
       raise ValueError('sinkhorn_iters must be >= 1, sparsity_steps and sparsity_warm_start >= 0.')
+    if self.capacity_rounding not in allocation.CAPACITY_ROUNDINGS:
+      raise ValueError(f'unknown capacity_rounding {self.capacity_rounding!r}; valid: '
+                       f'{", ".join(allocation.CAPACITY_ROUNDINGS)}.')
 
   @property
   def spec(self) -> RouterSpec:
@@ -95,7 +102,8 @@ class RouterConfig:
     if self.spec.allocation == 'token_choice' and self.capacity_factor > num_experts:
       raise ValueError(f'router {self.name}: k={int(self.capacity_factor)} experts per token but '
                        f'only E={num_experts} experts exist; lower k.')
-    return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor)
+    return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor,
+                                       self.capacity_rounding)
 
 
 class SparseRouting(NamedTuple):
@@ -112,13 +120,14 @@ class DenseRouting(NamedTuple):
 
 
 def _affinity_scores(name, logits, probs, capacity, config):
+  """(scores (S, E), the solver's SolverReport or None) of affinity `name`."""
   if name == 'softmax':
-    return probs
+    return probs, None
   if name == 'sinkhorn':
-    return affinity.sinkhorn(logits, config.sinkhorn_iters)
+    return affinity.sinkhorn(logits, config.sinkhorn_iters), None
   if name == 'sparsity_constrained':  # The paper's utility is softmax(X W).
-    return affinity.sparsity_constrained(probs, capacity, config.sparsity_steps,
-                                         warm_start_iters=config.sparsity_warm_start)
+    return affinity.sparsity_constrained_with_info(probs, capacity, config.sparsity_steps,
+                                                   warm_start_iters=config.sparsity_warm_start)
   raise ValueError(f'unknown affinity {name!r}; valid: softmax, sinkhorn, sparsity_constrained.')
 
 
@@ -131,25 +140,31 @@ def _allocate(name, scores, capacity, config):
 
 
 def route_group(logits: jax.Array, config: RouterConfig, capacity: int):
-  """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight), each (E, C).
+  """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight, report).
 
-  The affinity picks the dispatch (a discrete choice: no gradient flows through it); the combine
-  weights are softmax(logits) at the dispatched positions, or the affinity itself when
-  softmax_combine is off, and carry the router's gradient.
+  slot_token and slot_weight are (E, C); report is the sparsity-constrained solver's
+  affinity.SolverReport, None for the other affinities. The affinity picks the dispatch (a
+  discrete choice: no gradient flows through it); the combine weights are softmax(logits) at the
+  dispatched positions, or the affinity itself when softmax_combine is off, and carry the
+  router's gradient.
   """
   spec = config.spec
   probs = affinity.softmax(logits)
-  scores = _affinity_scores(spec.affinity, logits, probs, capacity, config)
+  scores, report = _affinity_scores(spec.affinity, logits, probs, capacity, config)
   slot_token = _allocate(spec.allocation, jax.lax.stop_gradient(scores), capacity, config)
   combine_scores = probs if config.softmax_combine else scores
-  return slot_token, allocation.slot_weights(slot_token, combine_scores)
+  return slot_token, allocation.slot_weights(slot_token, combine_scores), report
 
 
 def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
-  """Weighted importance + load losses (Appendix A), averaged over groups; logits (G, S, E)."""
+  """Weighted importance + load losses (Appendix A), averaged over groups; logits (G, S, E).
+
+  The importance loss takes the clean probabilities softmax(X W), as Appendix A defines it and as
+  V-MoE computes it (before adding the noise); the load loss takes both (losses.load_loss).
+  """
   total = jnp.zeros((), jnp.float32)
   if config.importance_loss_weight > 0:
-    gates = jax.nn.softmax(noisy_logits, axis=-1)
+    gates = jax.nn.softmax(logits, axis=-1)
     total += config.importance_loss_weight * jnp.mean(jax.vmap(losses.importance_loss)(gates))
   if config.load_loss_weight > 0:
     std = config.noise_std / logits.shape[-1]
@@ -162,8 +177,11 @@ def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
 class Router(nn.Module):
   """Owns the router parameters (W (D, E), or Soft MoE's Phi (D, E, C) and scale) and the noise.
 
-  Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, aux_loss). Training noise
-  draws from the 'gating' RNG stream.
+  Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, metrics): metrics holds
+  'aux_loss' and, for the sparsity-constrained affinity, the solver's health over the G groups,
+  'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how many groups' solvers
+  returned their start; see affinity.SolverReport). Training noise draws from the 'gating' RNG
+  stream.
   """
   config: RouterConfig
   num_experts: int
@@ -173,11 +191,13 @@ class Router(nn.Module):
     _, num_tokens, dim = x.shape
     capacity = self.config.capacity(num_tokens, self.num_experts)
     if self.config.spec.allocation == 'soft':
-      phi = self.param('phi', nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
-                       (dim, self.num_experts, capacity))
+      # lecun_normal with its default axes on (D, E, C), as the reference's Soft MoE router
+      # initialises its (D, E, C) slot parameters: fan-in = E * D (in_axis E, receptive field D),
+      # so Phi starts sqrt(E) times smaller than with fan-in D.
+      phi = self.param('phi', nn.initializers.lecun_normal(), (dim, self.num_experts, capacity))
       scale = self.param('scale', nn.initializers.ones, ())
       dispatch, combine = jax.vmap(soft.soft_routing, in_axes=(0, None, None))(x, phi, scale)
-      return DenseRouting(dispatch, combine), jnp.zeros((), jnp.float32)
+      return DenseRouting(dispatch, combine), {'aux_loss': jnp.zeros((), jnp.float32)}
 
     kernel = self.param('kernel', nn.initializers.lecun_normal(), (dim, self.num_experts))
     logits = jnp.einsum('gsd,de->gse', x.astype(jnp.float32), kernel)
@@ -185,5 +205,10 @@ class Router(nn.Module):
     if train and self.config.noise_std > 0:
       std = self.config.noise_std / self.num_experts
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
-    slot_token, slot_weight = jax.vmap(lambda l: route_group(l, self.config, capacity))(noisy_logits)
-    return SparseRouting(slot_token, slot_weight), auxiliary_loss(logits, noisy_logits, self.config)
+    slot_token, slot_weight, report = jax.vmap(
+        lambda l: route_group(l, self.config, capacity))(noisy_logits)
+    metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
+    if report is not None:
+      metrics.update(solver_row_error=jnp.mean(report.row_error),
+                     solver_fallbacks=jnp.sum(report.fell_back))
+    return SparseRouting(slot_token, slot_weight), metrics
