@@ -10,8 +10,10 @@ state and batch shardings and the state donated, compiled ahead of time. The bat
 of the config's shape (images (64, 28, 28, 1) float32, one-hot labels (64, 10)), put on the devices
 once, so input is not measured; the step key is fixed, so no host-side fold_in is timed either.
 
-Grid: configs/tiny.py with each paper router at c = 1 and 2, and router=dense (the same ViT with
-dense MLPs: the same active compute as c = 1). Every step is compiled first; then `--rounds` rounds
+Grid: configs/tiny.py with each paper router at c = 1 and 2, the sweep's softmax-combine ablation
+(Sinkhorn Token Choice without softmax combine, k = 1 and 2), and router=dense (the same ViT with
+dense MLPs: the same active compute as c = 1). The rows also give results/cost.py the step times
+of the tiny study's controlled training cost. Every step is compiled first; then `--rounds` rounds
 visit the models in turn, timing `--steps` consecutive steps of each (bench/moe_layer.py's time_ms:
 the median wall-clock step; the first round warms up with `--warmup` untimed steps). A model's step
 time is the median over rounds, so a slow stretch of a shared machine hits every model alike rather
@@ -40,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import moe_layer  # pylint: disable=g-import-not-at-top
 from configs import common as config_lib  # pylint: disable=g-import-not-at-top
 from configs import tiny  # pylint: disable=g-import-not-at-top
+from launch import sweep  # pylint: disable=g-import-not-at-top
 from vmoe import atomic  # pylint: disable=g-import-not-at-top
 from vmoe import flops  # pylint: disable=g-import-not-at-top
 from vmoe import optim  # pylint: disable=g-import-not-at-top
@@ -50,6 +53,7 @@ from vmoe import vit  # pylint: disable=g-import-not-at-top
 from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
 
 DENSE = config_lib.DENSE
+ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
 CAPACITIES = (1, 2)
 # The trainer issue's targets: step time over the dense ViT's, at c = 1.
 TARGET = {'soft_moe': 1.2}
@@ -59,9 +63,13 @@ SPARSE_TARGET = 1.3
 class Stepper:
   """The compiled training step of one tiny config with its state; each call runs one step."""
 
-  def __init__(self, router: str, capacity: float):
+  def __init__(self, router: str, capacity: float, softmax_combine: bool = True):
     self.router, self.capacity = router, (None if router == DENSE else capacity)
+    self.softmax_combine = softmax_combine
     config = tiny.get_config(f'router={router},c={capacity:g}')
+    if not softmax_combine:
+      config.moe.router.softmax_combine = False
+    self.arch = config.model.variant
     config_lib.validate(config)
     mesh = sharding.make_mesh(config.mesh)
     model = vit.build_model(config)
@@ -90,8 +98,9 @@ class Stepper:
 
 
 def measure(models: list, args) -> list:
-  """Rows for (router, capacity) `models`, timed round-robin (see the module docstring)."""
-  steppers = [Stepper(router, capacity) for router, capacity in models]
+  """Rows for (router, capacity, softmax_combine) `models`, timed round-robin (see the module
+  docstring)."""
+  steppers = [Stepper(*model) for model in models]
   round_ms = [[] for _ in steppers]
   for round_index in range(args.rounds):
     for stepper, times in zip(steppers, round_ms):
@@ -101,7 +110,8 @@ def measure(models: list, args) -> list:
   for stepper, times in zip(steppers, round_ms):
     step_ms = round(statistics.median(times), 3)  # the rate below follows the stored value
     rows.append({
-        'router': stepper.router, 'capacity': stepper.capacity, 'batch_size': stepper.batch_size,
+        'router': stepper.router, 'capacity': stepper.capacity,
+        'softmax_combine': stepper.softmax_combine, 'batch_size': stepper.batch_size,
         'step_ms': step_ms, 'steps_per_second': round(1e3 / step_ms, 2),
         'round_ms': [round(t, 3) for t in times], 'flops_per_step': stepper.flops_per_step,
         'num_params': stepper.num_params})
@@ -116,8 +126,10 @@ def ratios(rows: list) -> list:
     if row['router'] == DENSE:
       continue
     ratio = round(row['step_ms'] / dense_ms, 3)
-    target = TARGET.get(row['router'], SPARSE_TARGET) if row['capacity'] == 1 else None
-    out.append({'router': row['router'], 'capacity': row['capacity'], 'vs_dense': ratio,
+    paper_row = row['capacity'] == 1 and row.get('softmax_combine', True)
+    target = TARGET.get(row['router'], SPARSE_TARGET) if paper_row else None
+    out.append({'router': row['router'], 'capacity': row['capacity'],
+                'softmax_combine': row.get('softmax_combine', True), 'vs_dense': ratio,
                 'target': target, 'meets_target': None if target is None else ratio <= target})
   return out
 
@@ -146,14 +158,15 @@ def run_processes(args):
                       '--routers', ','.join(args.routers),
                       '--capacities', ','.join(f'{c:g}' for c in args.capacities),
                       '--warmup', str(args.warmup), '--rounds', str(args.rounds),
-                      '--steps', str(args.steps)], check=True)
+                      '--steps', str(args.steps)] + ([] if args.ablation else ['--no-ablation']),
+                     check=True)
       with open(out) as f:
         runs.append(json.load(f))
   combined = combine_runs(runs)
   for row in combined:
     print(json.dumps(row), flush=True)
   atomic.write_json(args.out, {
-      'machine': runs[0]['machine'],
+      'arch': runs[0]['arch'], 'machine': runs[0]['machine'],
       'method': f'{args.processes} runs of the grid, each in a fresh process; per run: '
                 f'{runs[0]["method"]}; ratios = median over runs of each run\'s ratio',
       'runs': [{'rows': run['rows'], 'ratios': run['ratios']} for run in runs],
@@ -162,7 +175,10 @@ def run_processes(args):
 
 def run_grid(args):
   """Times dense and every router at every capacity; writes rows and ratios to args.out."""
-  models = [(DENSE, 1.0)] + [(r, float(c)) for c in args.capacities for r in args.routers]
+  models = [(DENSE, 1.0, True)] + [(r, float(c), True) for c in args.capacities
+                                   for r in args.routers]
+  if args.ablation:
+    models += [(ABLATION_ROUTER, float(c), False) for c in args.capacities]
   rows = measure(models, args)
   for row in rows:
     print(json.dumps(row), flush=True)
@@ -170,7 +186,7 @@ def run_grid(args):
   for row in result_ratios:
     print(json.dumps(row), flush=True)
   atomic.write_json(args.out, {
-      'machine': moe_layer.machine(),
+      'arch': tiny.get_config().model.variant, 'machine': moe_layer.machine(),
       'method': f'configs/tiny.py training step (trainer path, synthetic batch); {args.rounds} '
                 f'round-robin rounds of {args.steps} steps per model after {args.warmup} warm-up '
                 'steps; step_ms = median over rounds of each round\'s median step',
@@ -189,6 +205,8 @@ def main(argv=None):
   parser.add_argument('--steps', type=int, default=10, help='timed steps per model and round')
   parser.add_argument('--processes', type=int, default=3,
                       help='runs of the grid, each in a fresh process (ratios: median over runs)')
+  parser.add_argument('--no-ablation', dest='ablation', action='store_false',
+                      help=f'leave out {ABLATION_ROUTER} without softmax combine')
   parser.add_argument('--json', action='store_true', help='one row: print only the JSON line')
   parser.add_argument('--out', default='bench/results/train_step.json')
   args = parser.parse_args(argv)
@@ -202,7 +220,7 @@ def main(argv=None):
   if args.router is None:
     (run_grid if args.processes == 1 else run_processes)(args)
     return
-  row, = measure([(args.router, args.capacity)], args)
+  row, = measure([(args.router, args.capacity, True)], args)
   print(json.dumps(row) if args.json else json.dumps(row, indent=1))
 
 

@@ -14,11 +14,15 @@ def test_grid_writes_rows_and_ratios_from_them(tmp_path, capsys):
                    '2', '--steps', '1', '--processes', '1', '--out', str(out)])
   capsys.readouterr()
   result = json.loads(out.read_text())
-  assert set(result) == {'machine', 'method', 'rows', 'ratios'}
-  dense, moe = result['rows']
+  assert set(result) == {'arch', 'machine', 'method', 'rows', 'ratios'}
+  assert result['arch'] == 'XS/7'      # configs/tiny.py's model.variant, as in its summaries.
+  dense, moe, ablation = result['rows']
   assert (dense['router'], dense['capacity']) == ('dense', None)
-  assert (moe['router'], moe['capacity']) == ('softmax_tc', 1.0)
-  for row in (dense, moe):
+  assert (moe['router'], moe['capacity'], moe['softmax_combine']) == ('softmax_tc', 1.0, True)
+  # The sweep's softmax-combine ablation is timed too (results/cost.py prices its runs).
+  assert (ablation['router'], ablation['capacity'], ablation['softmax_combine']) == (
+      'sinkhorn_tc', 1.0, False)
+  for row in (dense, moe, ablation):
     assert row['batch_size'] == 64 and len(row['round_ms']) == 2
     # step_ms is the median over rounds (of two rounds: their mean), before rounding.
     assert row['step_ms'] == pytest.approx(statistics.median(row['round_ms']), abs=1e-3)
@@ -27,22 +31,27 @@ def test_grid_writes_rows_and_ratios_from_them(tmp_path, capsys):
   # Two MoE layers of E = 8 experts replace two dense MLPs: more parameters than the dense ViT.
   assert moe['num_params'] > dense['num_params']
   ratio = round(moe['step_ms'] / dense['step_ms'], 3)
-  assert result['ratios'] == [{'router': 'softmax_tc', 'capacity': 1.0, 'vs_dense': ratio,
-                               'target': 1.3, 'meets_target': ratio <= 1.3}]
+  ablation_ratio = round(ablation['step_ms'] / dense['step_ms'], 3)
+  assert result['ratios'] == [
+      {'router': 'softmax_tc', 'capacity': 1.0, 'softmax_combine': True, 'vs_dense': ratio,
+       'target': 1.3, 'meets_target': ratio <= 1.3},
+      {'router': 'sinkhorn_tc', 'capacity': 1.0, 'softmax_combine': False,
+       'vs_dense': ablation_ratio, 'target': None, 'meets_target': None}]
 
 
 def test_ratios_hand_worked():
-  row = lambda router, capacity, ms: {'router': router, 'capacity': capacity, 'step_ms': ms}
+  row = lambda router, capacity, ms, smc=True: {'router': router, 'capacity': capacity,
+                                                'softmax_combine': smc, 'step_ms': ms}
   rows = [row('dense', None, 10.0), row('sinkhorn_ec', 1.0, 12.5), row('soft_moe', 1.0, 12.5),
-          row('sinkhorn_ec', 2.0, 20.0)]
-  # 12.5 / 10 = 1.25: within sinkhorn_ec's 1.3, outside Soft MoE's 1.2; c = 2 has no target.
+          row('sinkhorn_ec', 2.0, 20.0), row('sinkhorn_tc', 1.0, 15.0, False)]
+  # 12.5 / 10 = 1.25: within sinkhorn_ec's 1.3, outside Soft MoE's 1.2; c = 2 and the
+  # ablation have no target.
+  ratio = lambda router, capacity, vs, target, meets, smc=True: {
+      'router': router, 'capacity': capacity, 'softmax_combine': smc, 'vs_dense': vs,
+      'target': target, 'meets_target': meets}
   assert train_step.ratios(rows) == [
-      {'router': 'sinkhorn_ec', 'capacity': 1.0, 'vs_dense': 1.25, 'target': 1.3,
-       'meets_target': True},
-      {'router': 'soft_moe', 'capacity': 1.0, 'vs_dense': 1.25, 'target': 1.2,
-       'meets_target': False},
-      {'router': 'sinkhorn_ec', 'capacity': 2.0, 'vs_dense': 2.0, 'target': None,
-       'meets_target': None}]
+      ratio('sinkhorn_ec', 1.0, 1.25, 1.3, True), ratio('soft_moe', 1.0, 1.25, 1.2, False),
+      ratio('sinkhorn_ec', 2.0, 2.0, None, None), ratio('sinkhorn_tc', 1.0, 1.5, None, None, False)]
 
 
 def test_runs_combine_into_median_ratios():
@@ -69,7 +78,7 @@ def test_processes_run_the_grid_in_fresh_processes(tmp_path, monkeypatch, capsys
     ratio = round(1.1 + 0.1 * len(calls), 3)
     out = command[command.index('--out') + 1]
     with open(out, 'w') as f:
-      json.dump({'machine': {'device': 'cpu'}, 'method': 'one run', 'rows': [],
+      json.dump({'arch': 'XS/7', 'machine': {'device': 'cpu'}, 'method': 'one run', 'rows': [],
                  'ratios': [{'router': 'softmax_ec', 'capacity': 1.0, 'vs_dense': ratio,
                              'target': 1.3, 'meets_target': ratio <= 1.3}]}, f)
 
@@ -82,7 +91,8 @@ def test_processes_run_the_grid_in_fresh_processes(tmp_path, monkeypatch, capsys
   assert all(c[c.index('--processes') + 1] == '1' and c[c.index('--rounds') + 1] == '4'
              and c[c.index('--routers') + 1] == 'softmax_ec' for c in calls)
   result = json.loads(out.read_text())
-  assert set(result) == {'machine', 'method', 'runs', 'ratios'} and len(result['runs']) == 3
+  assert set(result) == {'arch', 'machine', 'method', 'runs', 'ratios'}
+  assert len(result['runs']) == 3 and result['arch'] == 'XS/7'
   assert result['ratios'][0]['vs_dense_runs'] == [1.2, 1.3, 1.4]
   assert result['ratios'][0]['vs_dense'] == 1.3 and result['ratios'][0]['meets_target']
 
@@ -91,8 +101,9 @@ class FakeStepper:
   """Stands in for the compiled step (test_grid_writes_rows_and_ratios_from_them compiles real
   ones): the one-row path's plumbing, without a compile."""
 
-  def __init__(self, router, capacity):
+  def __init__(self, router, capacity, softmax_combine=True):
     self.router, self.capacity = router, (None if router == train_step.DENSE else capacity)
+    self.softmax_combine = softmax_combine
     self.batch_size, self.flops_per_step, self.num_params = 64, 1e6, 1000
 
   def __call__(self):

@@ -27,6 +27,7 @@ matplotlib.use('Agg')   # Files only: no display on servers and CI.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from results import cost as cost_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -93,11 +94,11 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
   return save_png(fig, path)
 
 
-def run_points(rows: dict, value) -> list[Point]:
+def run_points(rows: dict, value, cost=summaries.Run.device_hours) -> list[Point]:
   """Points (mean +- std over seeds) of the rows that have a cost and a value; no ablations."""
   points = []
   for (arch, _, router, capacity, softmax_combine), runs in rows.items():
-    x = summaries.stat_of(runs, summaries.Run.device_hours)
+    x = summaries.stat_of(runs, cost)
     y = summaries.stat_of(runs, value)
     if softmax_combine and x is not None and y is not None:
       points.append(Point(arch, router, capacity, x.mean, 100 * y.mean, x.std, 100 * y.std))
@@ -146,10 +147,12 @@ def paper_points(value, cost) -> list[Point]:
           if value(cell) is not None and cost(cell) is not None]
 
 
-def write_figures(runs: Sequence[summaries.Run], out_dir: str) -> list[str]:
-  """Every figure the runs allow, plus the paper's two; returns the paths written."""
+def write_figures(runs: Sequence[summaries.Run], out_dir: str,
+                  cost=summaries.Run.device_hours,
+                  hours: str = 'wall-clock training device-hours') -> list[str]:
+  """Every figure the runs allow, plus the paper's two; returns the paths written. cost(run) is
+  the x axis of Figures 1 and 2 (results/cost.py's pricing), labelled `hours`."""
   rows, _ = summaries.group_seeds(runs)
-  hours = 'training device-hours'
   written = [
       scatter_panels(paper_points(lambda p: p.jft_prec1, lambda p: p.tpuv3_days), 'TPUv3-days',
                      'JFT-300M prec@1 (%)', 'Paper, Figure 1 (from Tables 1-3)',
@@ -159,7 +162,7 @@ def write_figures(runs: Sequence[summaries.Run], out_dir: str) -> list[str]:
                      os.path.join(out_dir, 'paper_fig2_imagenet_10shot.png'))]
   for dataset in sorted({k[1] for k in rows}):
     points = run_points({k: v for k, v in rows.items() if k[1] == dataset},
-                        lambda r: r.get('upstream_prec1'))
+                        lambda r: r.get('upstream_prec1'), cost)
     if points:
       written.append(scatter_panels(points, hours, f'{dataset} prec@1 (%)',
                                     f'Upstream accuracy vs training cost ({dataset})',
@@ -167,7 +170,7 @@ def write_figures(runs: Sequence[summaries.Run], out_dir: str) -> list[str]:
   for fewshot_dataset, shots in summaries.fewshot_columns(runs):
     if shots != FEWSHOT_SHOTS:
       continue
-    points = run_points(rows, lambda r, d=fewshot_dataset: r.get('fewshot', d, str(shots)))
+    points = run_points(rows, lambda r, d=fewshot_dataset: r.get('fewshot', d, str(shots)), cost)
     if points:
       written.append(scatter_panels(
           points, hours, f'{fewshot_dataset} {shots}-shot (%)',
@@ -184,11 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description='The paper\'s figures from summary.json files.')
   parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
   parser.add_argument('--out', required=True, help='Directory for the PNG files.')
+  parser.add_argument('--step-times', default=cost_lib.DEFAULT_STEP_TIMES,
+                      help='bench/train_step.py result for the controlled cost (results/cost.py).')
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   for problem in problems:
     print(f'warning: {problem}', file=sys.stderr)
-  for path in write_figures(runs, args.out):
+  price, _ = cost_lib.pricing(args.step_times)
+  for path in write_figures(runs, args.out, price, cost_lib.axis_label(runs, args.step_times)):
     print(path)
   return 0
 

@@ -4,13 +4,14 @@
 
 searches --runs recursively for summary.json files and writes, for each (arch, upstream dataset),
 OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), OUT/claims.md
-(the paper's three claims checked, results/claims.py) and the figures of results/plots.py (unless
+(the paper's claims checked, results/claims.py) and the figures of results/plots.py (unless
 --no-figures). Every file is written atomically.
 
 Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c = 1 block then the
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
-upstream precision@1, few-shot accuracies (best l2 and CV l2), training device-hours and devices,
-FLOPs per step; with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days
+upstream precision@1, few-shot accuracies (best l2 and CV l2), wall-clock training device-hours,
+the controlled device-hours of results/cost.py (one benchmark's step time x steps: comparable
+across runs made at different times) where --step-times covers the runs, devices, FLOPs per step; with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days
 beside ours for the paper's architectures. With several seeds a cell is mean +- sample std.
 """
 import argparse
@@ -20,6 +21,7 @@ import sys
 from typing import Callable, Sequence
 
 from results import claims
+from results import cost
 from results import paper
 from results import summaries
 from results.summaries import Run
@@ -58,8 +60,10 @@ class Table:
     return f'{self.arch.replace("/", "").lower()}_{self.dataset}'
 
 
-def columns_for(arch: str, rows: Sequence[list[Run]]) -> list[Column]:
-  """The measured columns of one table; paper columns only for the paper's architectures."""
+def columns_for(arch: str, rows: Sequence[list[Run]],
+                controlled: Callable[[Run], float | None] | None = None) -> list[Column]:
+  """The measured columns of one table; paper columns only for the paper's architectures;
+  the controlled cost (results/cost.py) where `controlled` prices some run of the table."""
   in_paper = arch in paper.ARCHS
   percent = dict(fmt='.2f', scale=100.0)
   columns = [Column('Upstream prec@1 (%)', lambda r: r.get('upstream_prec1'),
@@ -76,10 +80,13 @@ def columns_for(arch: str, rows: Sequence[list[Run]]) -> list[Column]:
     columns.append(Column(f'{shots}-shot {dataset}, CV l2 (%)',
                           lambda r, d=dataset, k=shots: r.get('fewshot_cv', d, str(k)),
                           missing='fewshot_cv', **percent))
-  columns.append(Column('Train device-hours', Run.device_hours, fmt='.3g',
+  columns.append(Column('Wall-clock device-hours', Run.device_hours, fmt='.3g',
                         missing='train_device_seconds',
                         paper_value=(lambda p: p.tpuv3_days) if in_paper else None,
                         paper_title='Paper TPUv3-days'))
+  if controlled and any(controlled(r) is not None for runs in rows for r in runs):
+    columns.append(Column('Controlled device-hours', controlled, fmt='.3g',
+                          missing='a bench/train_step.py row (results/cost.py)', spread=False))
   columns.append(Column('FLOPs/step', lambda r: r.get('flops_per_step'), fmt='.3g',
                         missing='flops_per_step', spread=False))
   return columns
@@ -105,10 +112,11 @@ def row_order(key: tuple) -> tuple:
   return capacity, rank, router, not softmax_combine
 
 
-def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]]) -> Table:
+def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
+                controlled: Callable[[Run], float | None] | None = None) -> Table:
   """The table of one (arch, dataset) from {key: seeds' runs}."""
   keys = sorted(rows, key=row_order)
-  columns = columns_for(arch, list(rows.values()))
+  columns = columns_for(arch, list(rows.values()), controlled)
   header = ['Router', 'Seeds']
   for column in columns:
     header.append(column.title)
@@ -187,13 +195,15 @@ def to_latex(table: Table) -> str:
   return '\n'.join(out) + '\n'
 
 
-def build_tables(runs: Sequence[Run]) -> tuple[list[Table], list[str]]:
+def build_tables(runs: Sequence[Run], controlled: Callable[[Run], float | None] | None = None
+                 ) -> tuple[list[Table], list[str]]:
   """One Table per (arch, dataset) present, and the problems met while grouping seeds."""
   rows, problems = summaries.group_seeds(runs)
   by_table: dict[tuple, dict] = {}
   for key, seeds in rows.items():
     by_table.setdefault(key[:2], {})[key] = seeds
-  return [build_table(arch, dataset, r) for (arch, dataset), r in sorted(by_table.items())], problems
+  return [build_table(arch, dataset, r, controlled)
+          for (arch, dataset), r in sorted(by_table.items())], problems
 
 
 def write_tables(tables: Sequence[Table], out_dir: str, figures: Sequence[str] = ()) -> list[str]:
@@ -216,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
   parser.add_argument('--out', required=True, help='Directory for the tables and figures.')
   parser.add_argument('--no-figures', action='store_true', help='Write the tables only.')
+  parser.add_argument('--step-times', default=cost.DEFAULT_STEP_TIMES,
+                      help='bench/train_step.py result for the controlled cost (results/cost.py).')
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   if not runs:
@@ -224,15 +236,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
       print(f'  {problem}', file=sys.stderr)
     return 1
-  tables, group_problems = build_tables(runs)
+  step_arch, step_times = cost.load_step_times(args.step_times)
+  controlled = lambda run: cost.controlled_hours(run, step_arch, step_times)
+  tables, group_problems = build_tables(runs, controlled)
+  price, cost_title = cost.pricing(args.step_times)
   figures = []
   if not args.no_figures:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
-    figures = plots.write_figures(runs, args.out)
+    figures = plots.write_figures(runs, args.out, price, cost.axis_label(runs, args.step_times))
   written = write_tables(tables, args.out, figures)
   rows, _ = summaries.group_seeds(runs)
-  verdicts = claims.check(rows)
-  if verdicts:     # The paper's three claims, where the runs have the routers they compare.
+  verdicts = claims.check(rows, price, cost_title)
+  if verdicts:     # The paper's claims, where the runs have the routers they compare.
     path = os.path.join(args.out, 'claims.md')
     atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows)))
     written.append(path)

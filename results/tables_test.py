@@ -6,6 +6,7 @@ import time
 from matplotlib import image as mpl_image
 import pytest
 
+from results import cost
 from results import summaries
 from results import tables
 
@@ -80,7 +81,7 @@ def test_cells_are_seed_statistics_beside_the_paper(runs_dir):
   # Only seed 0 has a CV number: 58.00 from one of the row's two seeds.
   assert row['10-shot imagenet2012, CV l2 (%)'] == '58.00 (n=1)'
   # 1 h and 2 h: 1.5 +- 0.707; paper Table 1: 41.21 TPUv3-days.
-  assert row['Train device-hours'] == '1.5 \u00b1 0.707'
+  assert row['Wall-clock device-hours'] == '1.5 \u00b1 0.707'
   assert row['Paper TPUv3-days'] == '41.21'
   assert row['FLOPs/step'] == '1.2e+12' and row['Devices'] == 'cpu x1'
   single = rows['Softmax Token Choice (k=1)']
@@ -140,7 +141,8 @@ def test_broken_and_duplicate_summaries_are_reported(tmp_path):
 
 def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):
   out = str(tmp_path / 'out')
-  assert tables.main(['--runs', runs_dir, '--out', out]) == 0
+  no_bench = str(tmp_path / 'no_train_step.json')   # Wall-clock cost only: hermetic.
+  assert tables.main(['--runs', runs_dir, '--out', out, '--step-times', no_bench]) == 0
   files = sorted(os.listdir(out))
   for slug in ('b32_imagenet21k', 'l16_imagenet21k', 'xs7_fashion_mnist'):
     assert f'{slug}.md' in files and f'{slug}.tex' in files
@@ -170,3 +172,24 @@ def test_cli_without_runs_fails_with_a_hint(tmp_path, capsys):
   assert 'make sweep' in capsys.readouterr().err
   with pytest.raises(FileNotFoundError, match='not a directory'):
     tables.main(['--runs', str(tmp_path / 'nowhere'), '--out', str(tmp_path)])
+
+
+def test_controlled_cost_column_sits_beside_the_wall_clock(tmp_path):
+  from results import cost_test  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / 'runs')
+  # Two seeds of one XS/7 run, 1 h and 3 h of wall-clock; the benchmark's median step is 22 ms.
+  for seed, seconds in ((0, 3600.0), (1, 10800.0)):
+    write_summary(root, arch='XS/7', router='softmax_tc', capacity=1.0, seed=seed,
+                  dataset='fashion_mnist', steps=1500, train_device_seconds=seconds)
+  arch, times = cost.load_step_times(cost_test.write_step_times(tmp_path / 'steps.json'))
+  tabs, _ = tables.build_tables(summaries.load_runs(root)[0],
+                                lambda r: cost.controlled_hours(r, arch, times))
+  row = markdown_rows(tables.to_markdown(tabs[0]))['Softmax Token Choice (k=1)']
+  assert row['Wall-clock device-hours'] == '2 \u00b1 1.41'
+  # 22 ms x 1500 steps = 0.00917 h for both seeds: no spread shown.
+  assert row['Controlled device-hours'] == '0.00917'
+  # A table the benchmark does not cover has no controlled column.
+  write_summary(str(tmp_path / 'b32'), router='softmax_tc', capacity=1.0)
+  tabs, _ = tables.build_tables(summaries.load_runs(str(tmp_path / 'b32'))[0],
+                                lambda r: cost.controlled_hours(r, arch, times))
+  assert 'Controlled device-hours' not in tabs[0].header

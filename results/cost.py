@@ -1,0 +1,79 @@
+"""Training cost two ways: the wall-clock a run measured, and a controlled cost from one benchmark.
+
+Wall-clock device-hours (summary.json `train_device_seconds` / 3600) are what a run really took,
+but runs made at different times on a shared machine are not comparable: a run repeated on a
+quieter afternoon looks cheaper. The controlled cost removes that: every router's step time is
+measured in one interleaved run of bench/train_step.py (all models of the grid timed round-robin,
+so a slow stretch hits them alike), and
+
+    controlled device-hours = step_ms(router, capacity, softmax_combine) x steps x devices / 3.6e6
+
+with step_ms the median over the benchmark's processes of each process's median step. It covers
+only runs of the benchmarked config (its `arch`, the tiny config's XS/7); other runs get None.
+"""
+import json
+import os
+import statistics
+from typing import Callable
+
+from results.summaries import Run
+
+DEFAULT_STEP_TIMES = os.path.join('bench', 'results', 'train_step.json')
+MS_PER_HOUR = 3.6e6
+
+
+def step_key(router: str, capacity, softmax_combine: bool = True) -> tuple:
+  """The key of one benchmarked model; the dense ViT has no capacity."""
+  return (router, None if capacity is None else float(capacity), bool(softmax_combine))
+
+
+def load_step_times(path: str) -> tuple[str | None, dict[tuple, float]]:
+  """(benchmarked arch, {step_key: median step_ms over the benchmark's runs}) of a
+  bench/train_step.py result; (None, {}) when the file does not exist."""
+  if not os.path.exists(path):
+    return None, {}
+  with open(path, encoding='utf-8') as f:
+    result = json.load(f)
+  per_model: dict[tuple, list[float]] = {}
+  for run in result.get('runs', [result]):
+    for row in run['rows']:
+      key = step_key(row['router'], row['capacity'], row.get('softmax_combine', True))
+      per_model.setdefault(key, []).append(row['step_ms'])
+  return result.get('arch'), {k: statistics.median(v) for k, v in per_model.items()}
+
+
+def controlled_hours(run: Run, arch: str | None, step_times: dict[tuple, float]) -> float | None:
+  """The run's controlled device-hours, or None if the benchmark did not time its model."""
+  if arch is None or run.get('arch') != arch:
+    return None
+  step_ms = step_times.get(step_key(*run.key[2:]))
+  steps = run.get('steps')
+  if step_ms is None or steps is None:
+    return None
+  return step_ms * steps * (run.get('num_devices') or 1) / MS_PER_HOUR
+
+
+def pricing(path: str) -> tuple[Callable[[Run], float | None], str]:
+  """(cost(run), its title): controlled device-hours for runs of the benchmarked arch, wall-clock
+  device-hours for the others (one arch per table, so a table never mixes the two)."""
+  arch, step_times = load_step_times(path)
+  if not step_times:
+    return Run.device_hours, 'wall-clock device-hours'
+
+  def price(run: Run) -> float | None:
+    if run.get('arch') == arch:
+      return controlled_hours(run, arch, step_times)
+    return run.device_hours()
+  return price, (f'controlled device-hours for {arch} ({path}: step_ms x steps), wall-clock '
+                 'device-hours for other archs')
+
+
+def axis_label(runs, path: str) -> str:
+  """The cost axis' label for `runs` priced by pricing(path)."""
+  arch, step_times = load_step_times(path)
+  archs = {run.get('arch') for run in runs}
+  if step_times and archs == {arch}:
+    return 'controlled training device-hours (bench step time x steps)'
+  if step_times and arch in archs:
+    return f'training device-hours (controlled for {arch}, wall-clock for others)'
+  return 'wall-clock training device-hours'
