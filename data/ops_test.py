@@ -107,6 +107,22 @@ def test_inception_crop_flip_shapes_and_determinism():
   assert not np.array_equal(a, c)            # Another seed, another crop.
 
 
+def test_inception_crop_samples_as_v_moe_does(monkeypatch):
+  # V-MoE's inception_crop (vmoe/data/pp_ops.py) calls TF's box sampler with its defaults:
+  # aspect ratios 3/4..4/3, 100 attempts, then the whole image; area 5-100%.
+  seen = {}
+  sampler = tf.image.stateless_sample_distorted_bounding_box
+
+  def spy(*args, **kwargs):
+    seen.update(kwargs)
+    return sampler(*args, **kwargs)
+  monkeypatch.setattr(tf.image, 'stateless_sample_distorted_bounding_box', spy)
+  run('inception_crop(16)', {'image': np.zeros((40, 30, 3), np.uint8)})
+  assert seen['area_range'] == (0.05, 1.0) and seen['aspect_ratio_range'] == (3 / 4, 4 / 3)
+  assert seen['max_attempts'] == 100 and seen['use_image_if_no_bounding_boxes']
+  assert seen['min_object_covered'] == 0.0
+
+
 def test_flip_lr_flips_about_half_the_time():
   image = np.arange(6, dtype=np.uint8).reshape(1, 6, 1)
   flips = 0

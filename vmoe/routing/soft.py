@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 
 
-def l2_normalize(x: jax.Array, axis: int, eps: float = 1e-12) -> jax.Array:
-  """x / ||x|| along `axis`, safe at zero."""
+def l2_normalize(x: jax.Array, axis: int, eps: float = 1e-6) -> jax.Array:
+  """x / sqrt(||x||^2 + eps) along `axis`, safe at zero; eps as the reference Soft MoE router's
+  normalize (vmoe/projects/soft_moe/router.py)."""
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=axis, keepdims=True) + eps)
 
 

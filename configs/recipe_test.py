@@ -1,0 +1,102 @@
+"""Every recipe value of the 18 paper configs, pinned to its source (docs/fidelity.md's rows).
+
+Each value below is the reference recipe's (google-research/vmoe's ImageNet-21k V-MoE config,
+vmoe/configs/vmoe_paper/pretrain_imagenet21k.py, and its common_fewshot.py) unless the comment
+names another source; the paper states none of them. A changed default fails here and points
+at the row of docs/fidelity.md to update.
+"""
+import importlib
+
+import pytest
+
+from configs import common
+
+ARCHS = ('b32', 'b16', 'l16')
+ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+
+# Keys whose value is the same in all 18 configs.
+SHARED_RECIPE = {
+    'data.name': 'imagenet21k',
+    'data.train_split': 'full[102400:]',       # V-MoE holds out the first 102,400 images...
+    'data.eval_split': 'full[:102400]',        # ... and evaluates upstream on them.
+    'data.shuffle_buffer': 250_000,
+    'data.cache': False, 'data.data_dir': None, 'data.manual_dir': None,   # Infrastructure:
+    'data.files': None, 'data.file_format': None,                          # the user's machine.
+    'batch_size': 4096,
+    'loss': 'sigmoid_xent',
+    'mixup_alpha': 0.5,
+    'optimizer.b1': 0.9, 'optimizer.b2': 0.999,
+    'optimizer.weight_decay': 0.1,
+    'optimizer.grad_clip_norm': 1.0,
+    'schedule.warmup_steps': 10_000, 'schedule.end_lr': 1e-5,
+    'model.head_bias_init': -10.0, 'model.representation_size': None,
+    'model.pool': 'tok',                       # classifier='token'.
+    'model.dropout_rate': 0.0,
+    'model.image_size': 224, 'model.channels': 3,
+    'moe.every': 2, 'moe.num_experts': 32, 'moe.group_size': 8,
+    'moe.expert_init': 'shared',               # split_rngs=False: one init for every expert.
+    'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/moe_test.py).
+    'moe.router.softmax_combine': True,        # Paper Sec. 3.2-3.5.
+    'moe.router.sinkhorn_iters': 20,           # ot_routing's maxiter.
+    'moe.router.capacity_rounding': 'round_half_even',   # Paper Sec. 2's round(); V-MoE's round.
+    'eval.every_steps': 1000, 'eval.batch_size': 4096,
+    'fewshot.datasets': {'imagenet2012': ('train', 'validation')},   # Paper Sec. 4.3: ImageNet-1k.
+    'fewshot.shots': (10,),                    # Paper Sec. 4.3: 10-shot.
+    'fewshot.seeds': 3,                        # Project: 3 draws of the shots (fidelity D13).
+    'fewshot.l2_grid_min_log2': -10, 'fewshot.l2_grid_max_log2': 19,
+    'fewshot.every_steps': 25_000, 'fewshot.batch_size': 4096,
+    'seed': 0,
+    'log_every_steps': 100,
+    'checkpoint.every_steps': 1000, 'checkpoint.keep': 1, 'checkpoint.asynchronous': True,
+    'wandb.mode': 'offline', 'wandb.project': 'vmoe-routers',   # Project-only.
+    'mesh.data': -1, 'mesh.expert': 1,         # Data-parallel; --config.mesh.expert shards.
+}
+# V-MoE's ImageNet-21k learning rates: 8e-4 for B, 4e-4 for L.
+PEAK_LR = {'b32': 8e-4, 'b16': 8e-4, 'l16': 4e-4}
+
+
+def lookup(config, dotted: str):
+  value = config
+  for key in dotted.split('.'):
+    value = value[key]
+  return value
+
+
+@pytest.mark.parametrize('arch', ARCHS)
+@pytest.mark.parametrize('router', ROUTERS)
+def test_every_paper_config_has_the_reference_recipe(arch, router):
+  config = importlib.import_module(f'configs.{arch}_{router}').get_config()
+  found = {key: lookup(config, key) for key in SHARED_RECIPE}
+  found['fewshot.datasets'] = {k: tuple(v) for k, v in found['fewshot.datasets'].items()}
+  found['fewshot.shots'] = tuple(found['fewshot.shots'])
+  assert found == SHARED_RECIPE
+  assert config.schedule.peak_lr == PEAK_LR[arch]
+  assert config.moe.router.name == router
+  # 300 epochs of fall11's training images at batch 4096 (configs/common.py derives it).
+  assert config.num_train_steps == -(-300 * config.data.train_images // 4096) == 1_032_329
+
+
+def test_the_shared_recipe_is_the_one_common_builds():
+  # The dict above is not a copy that can drift from configs/common.py silently: a key common.py
+  # sets in every paper config but this test does not pin would be unpinned, so list them all.
+  config = common.get_paper_config('B/32', 'softmax_tc')
+  leaves = set()
+
+  def walk(node, prefix):
+    for key, value in node.items():
+      name = f'{prefix}{key}'
+      if hasattr(value, 'items') and key not in ('datasets', 'manual_dirs'):
+        walk(value, name + '.')
+      else:
+        leaves.add(name)
+  walk(config, '')
+  # Keys pinned elsewhere (configs/configs_test.py: presets, capacities, pp, steps), set per
+  # config, or infrastructure paths.
+  elsewhere = {'config_arg', 'num_train_steps', 'schedule.peak_lr', 'data.num_classes',
+               'data.pp_train', 'data.pp_eval', 'data.train_images', 'fewshot.pp',
+               'fewshot.data_dir', 'fewshot.manual_dirs', 'model.variant', 'model.num_classes',
+               'model.patch_size', 'moe.router.name', 'moe.router.capacity_factor',
+               'moe.router.noise_std', 'moe.router.importance_loss_weight',
+               'moe.router.load_loss_weight', 'moe.router.sparsity_steps',
+               'moe.router.sparsity_warm_start', 'moe.router.sparsity_memory'}
+  assert leaves - elsewhere - set(SHARED_RECIPE) == set()
