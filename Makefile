@@ -50,11 +50,11 @@ test: install
 	$(PY) -m pytest -q -n 2
 
 bench: install
-	$(PY) bench/moe_layer.py --all --groups 16 --out bench/results/moe_layer.json
-	$(PY) bench/train_step.py --out bench/results/train_step.json
-	$(PY) bench/sparsity_solver.py --logits bench/data/router_logits_tiny.npz \
+	$(PY) -m bench.moe_layer --all --groups 16 --out bench/results/moe_layer.json
+	$(PY) -m bench.train_step --out bench/results/train_step.json
+	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
-	$(PY) bench/input_pipeline.py --out bench/results/input_pipeline.json
+	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
 
 sweep: install
 	$(PY) -m launch.sweep --arch $(ARCH) --workdir-root $(WORKDIRS) --seeds $(SEEDS) \

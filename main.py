@@ -7,7 +7,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from configs import common as config_lib
+from configs import experiment as experiment_parser
 from vmoe import sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -28,12 +28,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}; use --config.KEY=VALUE.')
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  # A bad config fails here, in seconds: the trainer's imports (TensorFlow, orbax, clu, wandb)
-  # come after the check.
-  config_lib.validate(_CONFIG.value)
+  # The config is parsed into typed sections once; a bad one fails here, in seconds: the
+  # trainer's imports (TensorFlow, clu, wandb) come after.
+  experiment = experiment_parser.parse(_CONFIG.value)
   from vmoe import trainer  # pylint: disable=g-import-not-at-top
-  config_file, _, config_arg = flags.FLAGS['config'].config_filename.partition(':')
-  trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, config_file, config_arg)
+  config_file = flags.FLAGS['config'].config_filename.partition(':')[0]
+  trainer.train_and_evaluate(experiment, _WORKDIR.value, config_file)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 """Images per second of the training input pipeline at 224 px (a benchmark, not a test).
 
-  .venv/bin/python bench/input_pipeline.py --out bench/results/input_pipeline.json
+  .venv/bin/python -m bench.input_pipeline --out bench/results/input_pipeline.json
 
 Writes an ImageNet-21k archive of random JPEGs of ImageNet-like size (default 300 images of
 320..500 x 320..500 px; upsampled noise plus grain at quality 90, about 100 kB each, near
@@ -14,26 +14,24 @@ all numbers atomically to --out. The numbers depend on the host's free cores: co
 the training step's images/second to know whether input or model bounds a step.
 """
 import argparse
+import dataclasses
 import io
 import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 from PIL import Image
+import tensorflow as tf
+import tensorflow_datasets as tfds
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import ml_collections  # pylint: disable=g-import-not-at-top,g-bad-import-order
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-from data import imagenet21k  # pylint: disable=g-import-not-at-top
-from data import pipeline  # pylint: disable=g-import-not-at-top
-from vmoe import atomic  # pylint: disable=g-import-not-at-top
+from base import atomic
+from data import config as data_config
+from data import imagenet21k
+from data import pipeline
 
 NUM_CLASSES = 21_843       # V-MoE's ImageNet-21k head.
 SYNSETS = 10
@@ -52,7 +50,7 @@ def photo_like_jpeg(rng: np.random.Generator, min_side: int, max_side: int) -> b
   return buffer.getvalue()
 
 
-def make_dataset(directory: str, args) -> tuple[ml_collections.ConfigDict, dict]:
+def make_dataset(directory: str, args) -> tuple[data_config.DataConfig, dict]:
   """Writes and builds the archive; returns the data config and the images' statistics."""
   rng = np.random.default_rng(0)
   images = {f'n{s:08d}': [] for s in range(SYNSETS)}
@@ -69,18 +67,17 @@ def make_dataset(directory: str, args) -> tuple[ml_collections.ConfigDict, dict]
                                     file_format='array_record')
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-  config = ml_collections.ConfigDict({
-      'name': 'imagenet21k/fall11', 'train_split': 'full', 'eval_split': 'full',
-      'pp_train': '', 'pp_eval': '', 'num_classes': NUM_CLASSES, 'shuffle_buffer': args.images,
-      'cache': False, 'data_dir': builder.data_dir.split('/imagenet21k/')[0],
-      'manual_dir': manual_dir, 'files': None, 'file_format': None})
+  config = data_config.DataConfig(
+      name='imagenet21k/fall11', train_split='full', eval_split='full', pp_train='decode',
+      pp_eval='decode', num_classes=NUM_CLASSES, shuffle_buffer=args.images,
+      data_dir=builder.data_dir.split('/imagenet21k/')[0], manual_dir=manual_dir)
   return config, {'num_images': args.images, 'mean_jpeg_kb': round(np.mean(sizes) / 1e3, 1),
                   'side_px': [args.min_side, args.max_side]}
 
 
 def images_per_second(config, pp: str, args) -> dict:
   """Median (and all) images/second over timed windows after warm-up."""
-  config = ml_collections.ConfigDict({**config.to_dict(), 'pp_train': pp})
+  config = dataclasses.replace(config, pp_train=pp)
   iterator = pipeline.make_train_iterator(config, batch_size=args.batch_size, seed=0)
   for _ in range(args.warmup):
     next(iterator)

@@ -1,7 +1,7 @@
 """Speed of the MoE layer for every router, against three baselines (a benchmark, not a test).
 
 One measurement:
-  python bench/moe_layer.py --router sinkhorn_ec --groups 8 --group-size 392 --dim 768 \
+  python -m bench.moe_layer --router sinkhorn_ec --groups 8 --group-size 400 --dim 768 \
       --experts 32 --capacity 1 --json
 prints one JSON line with the median forward and forward+backward milliseconds after warm-up.
 Besides the router names of vmoe.routing.router.ROUTERS, --router accepts the baselines
@@ -12,8 +12,8 @@ of gather/scatter (the `einsum` baseline).
 
 `--all --out FILE` (what `make bench` runs, with --groups 16: 128 images per device, the V-MoE
 recipe's per-core batch of 4096 images on a TPUv3-32) times every paper router, with both
-dispatches, and the baselines at a B/32-like shape (S=392 tokens per group, 8 images of 49
-patches) and a B/16-like one (S=1576, 8 images of 197 tokens), c = 1 and 2 (--capacities), then
+dispatches, and the baselines at a B/32-like shape (S=400 tokens per group, 8 images of 50
+tokens) and a B/16-like one (S=1576, 8 images of 197 tokens), c = 1 and 2 (--capacities), then
 writes all rows and the target ratios to FILE atomically. The grid's rows of one shape and
 capacity are timed in interleaved rounds (measure_interleaved), so host noise does not skew the
 ratios between them. --routers narrows the grid (the baselines always run).
@@ -23,22 +23,23 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=g-import-not-at-top
-from vmoe import atomic  # pylint: disable=g-import-not-at-top
-from vmoe import moe  # pylint: disable=g-import-not-at-top
-from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
-from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
+from base import atomic
+from configs import common
+from vmoe import moe
+from vmoe.routing import allocation
+from vmoe.routing import router as router_lib
 
 BASELINES = ('round_robin', 'dense_mlp')
-IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images (392 = 8 x 49 tokens for B/32).
+IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images.
+# Tokens the MoE layers of a 224 px image see: (224 / patch)^2 patches plus the class token.
+TOKENS_PER_IMAGE = {'B/32': 7 * 7 + 1, 'B/16': 14 * 14 + 1}     # 50 and 197.
+GROUP_SIZES = tuple(IMAGES_PER_GROUP * n for n in TOKENS_PER_IMAGE.values())   # 400 and 1576.
 
 
 class RoundRobin(moe.Experts):
@@ -75,9 +76,9 @@ def build(args):
     # The configs' router preset (noise and balance losses for softmax token choice, the
     # sparsity-constrained solver's steps and start for this capacity).
     preset = common.moe_config(args.router, args.capacity, args.experts, IMAGES_PER_GROUP)
-    config = routing.RouterConfig(**preset.router.to_dict())
-    # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 49 or 8 x 197 tokens), which
-    # the sparse routers route together and Soft MoE routes image by image (T = 49 or 197).
+    config = router_lib.RouterConfig(**preset.router.to_dict())
+    # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 50 or 8 x 197 tokens), which
+    # the sparse routers route together and Soft MoE routes image by image (T = 50 or 197).
     module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
                         dispatch=args.dispatch)
     module = ImageGroups(module)
@@ -215,10 +216,10 @@ def run_all(args):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--router', default='softmax_ec',
-                      help=f'one of {sorted(routing.ROUTERS)} or {list(BASELINES)}')
+                      help=f'one of {sorted(router_lib.ROUTERS)} or {list(BASELINES)}')
   parser.add_argument('--dispatch', default='indices', choices=('indices', 'einsum'))
   parser.add_argument('--groups', type=int, default=8)
-  parser.add_argument('--group-size', type=int, default=392)
+  parser.add_argument('--group-size', type=int, default=GROUP_SIZES[0])
   parser.add_argument('--dim', type=int, default=768)
   parser.add_argument('--mlp-dim', type=int, default=0, help='default 4 * dim')
   parser.add_argument('--experts', type=int, default=32)
@@ -229,15 +230,15 @@ def main(argv=None):
   parser.add_argument('--all', action='store_true', help='the full grid of `make bench`')
   parser.add_argument('--capacities', type=float, nargs='+', default=[1, 2],
                       help='capacities of the --all grid (the issue\'s targets are at c=1)')
-  parser.add_argument('--group-sizes', type=int, nargs='+', default=[392, 1576],
+  parser.add_argument('--group-sizes', type=int, nargs='+', default=list(GROUP_SIZES),
                       help='group sizes of the --all grid: the B/32-like and B/16-like shapes')
-  parser.add_argument('--routers', nargs='+', default=list(routing.PAPER_ROUTERS),
+  parser.add_argument('--routers', nargs='+', default=list(router_lib.PAPER_ROUTERS),
                       help='routers of the --all grid (default: the six paper routers)')
   parser.add_argument('--out', default='bench/results/moe_layer.json')
   args = parser.parse_args(argv)
   for name in [args.router] + args.routers:
     if name not in BASELINES:
-      routing.get_router_spec(name)
+      router_lib.get_router_spec(name)
   if args.all:
     run_all(args)
     return

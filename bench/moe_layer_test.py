@@ -4,6 +4,7 @@ import json
 import pytest
 
 from bench import moe_layer
+from vmoe.routing import router as router_lib
 
 
 def test_one_row_at_a_tiny_shape(capsys):
@@ -14,13 +15,19 @@ def test_one_row_at_a_tiny_shape(capsys):
   assert row['router'] == router and row['forward_ms'] > 0 and row['forward_backward_ms'] > 0
 
 
+def test_shapes_are_the_models_token_counts():
+  # 224 px: B/32 has 7 x 7 patches + the class token = 50 tokens, B/16 14 x 14 + 1 = 197; a
+  # routing group is 8 images.
+  assert moe_layer.GROUP_SIZES == (8 * 50, 8 * 197) == (400, 1576)
+
+
 def test_grid_has_both_dispatches_of_every_router_and_the_baselines():
-  args = moe_layer.argparse.Namespace(routers=list(moe_layer.routing.PAPER_ROUTERS))
-  rows = moe_layer.grid_rows(args, group_size=392, capacity=2)
+  args = moe_layer.argparse.Namespace(routers=list(router_lib.PAPER_ROUTERS))
+  rows = moe_layer.grid_rows(args, group_size=400, capacity=2)
   # 6 routers with index dispatch, 5 with einsum (not Soft MoE), and the 2 baselines.
-  assert len(rows) == 13 and all((r.group_size, r.capacity) == (392, 2) for r in rows)
+  assert len(rows) == 13 and all((r.group_size, r.capacity) == (400, 2) for r in rows)
   assert {(r.router, r.dispatch) for r in rows if r.dispatch == 'einsum'} == {
-      (name, 'einsum') for name in moe_layer.routing.PAPER_ROUTERS if name != 'soft_moe'}
+      (name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe'}
   assert [r.router for r in rows if r.router in moe_layer.BASELINES] == list(moe_layer.BASELINES)
 
 
@@ -45,11 +52,11 @@ def test_grid_times_its_rows_interleaved(tmp_path, capsys):
 
 def test_ratios_hand_worked():
   row = lambda name, ms, dispatch='indices': {'router': name, 'dispatch': dispatch,
-                                              'group_size': 392, 'capacity': 1,
+                                              'group_size': 400, 'capacity': 1,
                                               'forward_backward_ms': ms}
   rows = [row('dense_mlp', 100.0), row('round_robin', 125.0), row('softmax_ec', 150.0),
           row('softmax_ec', 300.0, 'einsum')]
-  assert moe_layer.ratios(rows) == [{'group_size': 392, 'capacity': 1, 'router': 'softmax_ec',
+  assert moe_layer.ratios(rows) == [{'group_size': 400, 'capacity': 1, 'router': 'softmax_ec',
                                      'vs_dense_mlp': 1.5, 'vs_round_robin': 1.2,
                                      'einsum_over_indices': 2.0}]
 

@@ -1,58 +1,59 @@
 """Router logits of a trained run, for measuring the routers' solvers on real scores.
 
-  python bench/router_logits.py --workdir workdirs/tiny/sparsity_ec_c1 \
+  python -m bench.router_logits --workdir workdirs/tiny/sparsity_ec_c1 \
       --out bench/data/router_logits_tiny.npz
 
-Rebuilds the model from WORKDIR/config.json, restores the newest checkpoint, runs it (evaluation
-mode: no router noise) on the first --batches batches of the run's held-out split, and records
+Rebuilds the model from WORKDIR/config.json (the run's resolved config), restores the newest
+checkpoint, runs it (evaluation mode: no router noise) on the first --batches batches of the run's
+held-out split, and records
 the logits X W of every MoE layer's router for the first --groups routing groups of each batch: an
 array (layers x batches x groups, tokens per group, experts), stored as float16 with the run's
 name and step.
 `--init` records the same model at its initialisation instead (step 0).
-`bench/sparsity_solver.py --logits FILE` measures the sparsity-constrained solver on them.
+`python -m bench.sparsity_solver --logits FILE` measures the sparsity-constrained solver on them.
 """
 import argparse
+import dataclasses
 import io
 import json
 import os
-import sys
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections as mlc
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data import pipeline  # pylint: disable=g-import-not-at-top
-from vmoe import atomic  # pylint: disable=g-import-not-at-top
-from vmoe import checkpointing  # pylint: disable=g-import-not-at-top
-from vmoe import optim  # pylint: disable=g-import-not-at-top
-from vmoe import train_step as train_lib  # pylint: disable=g-import-not-at-top
-from vmoe import trainer  # pylint: disable=g-import-not-at-top
-from vmoe import vit  # pylint: disable=g-import-not-at-top
-from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
+from base import atomic
+from configs import experiment as experiment_parser
+from data import pipeline
+from vmoe import checkpointing
+from vmoe import run_protocol
+from vmoe import setup as setup_lib
+from vmoe import sharding
+from vmoe.routing import router as router_lib
 
 
 def load_params(workdir: str, init: bool):
-  """(config, params, step) of the run in workdir: its newest checkpoint, or its initialisation."""
-  path = os.path.join(workdir, trainer.CONFIG_FILE)
+  """(experiment, model, params, step) of the run in workdir: its newest checkpoint, or its
+  initialisation."""
+  path = os.path.join(workdir, run_protocol.CONFIG_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f'{path} not found: --workdir must be a training run\'s workdir.')
   with open(path, encoding='utf-8') as f:
-    config = mlc.ConfigDict(json.load(f))
-  model = vit.build_model(config)
-  tx, _ = optim.make_optimizer(config)
-  init_fn = train_lib.init_fn(model, tx, (config.batch_size,) + vit.image_shape(config))
-  rng = jax.random.split(jax.random.PRNGKey(config.seed))[0]    # The trainer's init key.
+    experiment = experiment_parser.parse(json.load(f), num_devices=1)
+  # On this process's first device, whatever mesh the run trained on.
+  setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+                                                         jax.devices()[:1]))
+  rng = jax.random.split(jax.random.PRNGKey(experiment.seed))[0]    # The trainer's init key.
   if init:
-    return config, model, init_fn(rng).params, 0
-  manager = checkpointing.make_manager(workdir, config.checkpoint.keep, asynchronous=False)
-  restored = checkpointing.restore_latest(manager, jax.eval_shape(init_fn, rng))
+    return experiment, setup.model, setup.init(rng).params, 0
+  manager = checkpointing.make_manager(workdir, dataclasses.replace(experiment.checkpoint,
+                                                                    asynchronous=False))
+  restored = checkpointing.restore_latest(manager, setup.abstract_state)
   if restored is None:
     raise FileNotFoundError(f'{workdir} holds no checkpoint; train it first or pass --init.')
   state, _ = restored
-  return config, model, state.params, int(state.step)
+  return experiment, setup.model, state.params, int(state.step)
 
 
 def record_router_logits(model: nn.Module, params, images) -> list[np.ndarray]:
@@ -60,7 +61,7 @@ def record_router_logits(model: nn.Module, params, images) -> list[np.ndarray]:
   logits = []
 
   def interceptor(next_fun, args, kwargs, context):
-    if isinstance(context.module, routing.Router) and context.method_name == '__call__':
+    if isinstance(context.module, router_lib.Router) and context.method_name == '__call__':
       kernel = context.module.variables['params']['kernel']
       logits.append(np.asarray(jnp.einsum('gsd,de->gse', args[0].astype(jnp.float32), kernel)))
     return next_fun(*args, **kwargs)
@@ -78,11 +79,11 @@ def main(argv=None):
   parser.add_argument('--groups', type=int, default=4, help='routing groups per layer and batch')
   parser.add_argument('--init', action='store_true', help='the model at initialisation')
   args = parser.parse_args(argv)
-  config, model, params, step = load_params(args.workdir, args.init)
-  if not config.moe.num_experts:
+  experiment, model, params, step = load_params(args.workdir, args.init)
+  if not experiment.moe.num_experts:
     raise ValueError(f'{args.workdir} trained a dense model: it has no router.')
-  batches = pipeline.make_eval_iterator(config.data, config.data.eval_split,
-                                        batch_size=config.eval.batch_size)
+  batches = pipeline.make_eval_iterator(experiment.data, experiment.data.eval_split,
+                                        batch_size=experiment.eval.batch_size)
   logits = []
   for _, batch in zip(range(args.batches), batches):
     logits += [layer[:args.groups]

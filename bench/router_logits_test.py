@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from bench import router_logits
+from configs import experiment
 from configs import tiny
-from vmoe import trainer
+from vmoe import run_protocol
 
 
 def tiny_workdir(tmp_path, router='sparsity_ec'):
@@ -16,8 +17,8 @@ def tiny_workdir(tmp_path, router='sparsity_ec'):
   tmp_path.mkdir(parents=True, exist_ok=True)
   config = tiny.get_config(f'router={router}')
   config.eval.batch_size = 16
-  with open(tmp_path / trainer.CONFIG_FILE, 'w', encoding='utf-8') as f:
-    json.dump(json.loads(config.to_json_best_effort()), f)
+  with open(tmp_path / run_protocol.CONFIG_FILE, 'w', encoding='utf-8') as f:   # As the trainer.
+    json.dump(experiment.parse(config, num_devices=1).to_dict(), f)
   return tmp_path
 
 

@@ -1,6 +1,6 @@
 """Speed and accuracy of the sparsity-constrained OT solver under vmap over routing groups.
 
-  python bench/sparsity_solver.py --logits bench/data/router_logits_tiny.npz \
+  python -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
       --out bench/results/sparsity_solver.json
 
 vmoe.routing.affinity.sparsity_constrained runs a fixed number of L-BFGS steps on the semi-dual,
@@ -10,14 +10,15 @@ data-dependent control flow (a line search's loops and conds) runs for every gro
 slowest one is done, every branch evaluated. This benchmark measures, on the routing shapes this
 project trains,
   tiny   8 groups of 272 tokens (the tiny config's 4 groups of a 64-image batch, twice), E = 8
-  b32    8 groups of 392 tokens (8 images of 49 tokens), E = 32
+  b32    8 groups of 400 tokens (8 images of 50 tokens: 49 patches and the class token), E = 32
 at c = 1 and 2 (C = round(c T / E)), for scores softmax(logits) with logits N(0, std^2) for each
 --logit-stds, and with the recorded logits of trained routers (--logits, files written by
 bench/router_logits.py; their own shape), these solvers:
   start 'zero', steps 0 (plain Expert Choice on the scores), --steps with unit steps (the router's)
   start 'entropic' (--warm-start Sinkhorn iterations), --warm-steps with unit steps
-  start 'zero', the line searches (backtracking with memory 3, optax.lbfgs's zoom with memory 10)
-  at --linesearch-steps, on the Gaussian logits of std --linesearch-std only.
+  start 'zero', the line searches of bench/linesearch_solver.py (backtracking with memory 3,
+  optax.lbfgs's zoom with memory 10) at --linesearch-steps, on the Gaussian logits of std
+  --linesearch-std only.
 Each row reports the median milliseconds of the jitted, vmapped solve and the plan's quality: the
 mean |row sum - 1| (the constraint the solver works on; columns are exact) and the fraction of
 tokens no expert took.
@@ -25,19 +26,19 @@ tokens no expert took.
 import argparse
 import json
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import moe_layer  # pylint: disable=g-import-not-at-top
-from vmoe import atomic  # pylint: disable=g-import-not-at-top
-from vmoe.routing import affinity  # pylint: disable=g-import-not-at-top
-from vmoe.routing import allocation  # pylint: disable=g-import-not-at-top
+from base import atomic
+from bench import linesearch_solver
+from bench import moe_layer
+from vmoe.routing import affinity
+from vmoe.routing import allocation
 
-SHAPES = {'tiny': (8, 272, 8), 'b32': (8, 392, 32)}   # groups, tokens per group, experts.
+# Groups, tokens per group, experts.
+SHAPES = {'tiny': (8, 272, 8), 'b32': (8, moe_layer.GROUP_SIZES[0], 32)}
 # L-BFGS memory per line search: the router's (unit steps, memory 3), the router's before
 # 2026-11-23 evening (backtracking, memory 3), and optax.lbfgs's defaults (zoom, memory 10).
 MEMORY_SIZE = {'none': 3, 'backtracking': 3, 'zoom': 10}
@@ -66,7 +67,7 @@ def solvers(args, linesearches: bool) -> list[dict]:
   rows += [dict(start='entropic', linesearch='none', steps=n) for n in args.warm_steps]
   if linesearches:
     rows += [dict(start='zero', linesearch=search, steps=n)
-             for search in ('backtracking', 'zoom') for n in args.linesearch_steps]
+             for search in linesearch_solver.LINESEARCHES for n in args.linesearch_steps]
   return rows
 
 
@@ -75,10 +76,14 @@ def measure(source, logits, capacity_factor, solver, args) -> dict:
   capacity = allocation.compute_capacity(num_tokens, num_experts, capacity_factor)
   scores = jax.nn.softmax(logits, axis=-1)
   warm_start_iters = args.warm_start if solver['start'] == 'entropic' else 0
-  linesearch = solver['linesearch']
-  solve = jax.jit(jax.vmap(lambda s: affinity.sparsity_constrained(
-      s, capacity, solver['steps'], memory_size=MEMORY_SIZE[linesearch], linesearch=linesearch,
-      warm_start_iters=warm_start_iters)))
+  linesearch, steps = solver['linesearch'], solver['steps']
+  if linesearch == 'none':   # The router's solver.
+    solve_group = lambda s: affinity.sparsity_constrained(
+        s, capacity, steps, memory_size=MEMORY_SIZE[linesearch], warm_start_iters=warm_start_iters)
+  else:
+    solve_group = lambda s: linesearch_solver.sparsity_constrained(
+        s, capacity, steps, MEMORY_SIZE[linesearch], linesearch)
+  solve = jax.jit(jax.vmap(solve_group))
   plans = solve(scores)
   return {
       'source': source, 'groups': num_groups, 'tokens': num_tokens, 'experts': num_experts,
@@ -113,7 +118,7 @@ def main(argv=None):
     parser.error(f'unknown shapes {unknown}; valid: {", ".join(SHAPES)}')
   missing = [path for path in args.logits if not os.path.exists(path)]
   if missing:
-    parser.error(f'--logits: {missing} not found; write them with bench/router_logits.py')
+    parser.error(f'--logits: {missing} not found; write them with python -m bench.router_logits')
   rows = []
   for source, logits, linesearches in sources(args):
     for capacity_factor in args.capacities:

@@ -47,7 +47,7 @@ def test_recorded_logits_are_a_source_without_line_searches(tmp_path, capsys):
 def test_missing_logits_file_says_how_to_make_it(tmp_path, capsys):
   with pytest.raises(SystemExit):
     sparsity_solver.main(['--logits', str(tmp_path / 'none.npz')])
-  assert 'bench/router_logits.py' in capsys.readouterr().err
+  assert 'python -m bench.router_logits' in capsys.readouterr().err
 
 
 def test_unknown_shape_fails_naming_the_valid_ones(capsys):

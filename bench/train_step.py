@@ -1,11 +1,11 @@
 """Training steps per second of the tiny config for each router and the dense ViT (a benchmark).
 
-  python bench/train_step.py --out bench/results/train_step.json       # the grid, as `make bench`
-  python bench/train_step.py --processes 1 --out /tmp/one_run.json      # the grid, one process
-  python bench/train_step.py --router sinkhorn_ec --capacity 2 --json   # one row, one JSON line
+  python -m bench.train_step --out bench/results/train_step.json       # the grid, as `make bench`
+  python -m bench.train_step --processes 1 --out /tmp/one_run.json      # the grid, one process
+  python -m bench.train_step --router sinkhorn_ec --capacity 2 --json   # one row, one JSON line
 
-The step is the trainer's (vmoe/trainer.py stages 3 and 4): the state initialised under the mesh's
-shardings, vmoe.train_step's pure step for the config's loss (inside the mixup wrapper) jitted with
+The step is the trainer's, built by vmoe/setup.py as the trainer builds it: the state initialised
+under the mesh's shardings, vmoe.train_step's pure step for the config's loss (inside the mixup wrapper) jitted with
 state and batch shardings and the state donated, compiled ahead of time. The batch is synthetic and
 of the config's shape (images (64, 28, 28, 1) float32, one-hot labels (64, 10)), put on the devices
 once, so input is not measured; the step key is fixed, so no host-side fold_in is timed either.
@@ -23,9 +23,9 @@ c = 2 (twice the expert compute) is reported without a target.
 
 Processes: the grid runs `--processes` times (3 by default), each in a fresh Python process, and
 the result keeps every run; a router's ratio is the median of its per-run ratios. Interleaving
-evens out slow stretches within one process, but not what differs between processes: on this
-2-core VM on 2026-11-23, three consecutive runs of the grid gave sparsity_ec 1.174, 1.364 and
-1.388 times the dense step, with rounds inside each run agreeing far better than that.
+evens out slow stretches within one process, but not what differs between processes: on a
+2-core VM, runs of the grid in fresh processes disagree far more than the rounds inside one run
+(each router's per-process ratios: `vs_dense_runs` in bench/results/train_step.json).
 """
 import argparse
 import json
@@ -38,20 +38,18 @@ import tempfile
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import moe_layer  # pylint: disable=g-import-not-at-top
-from configs import common as config_lib  # pylint: disable=g-import-not-at-top
-from configs import tiny  # pylint: disable=g-import-not-at-top
-from launch import sweep  # pylint: disable=g-import-not-at-top
-from vmoe import atomic  # pylint: disable=g-import-not-at-top
-from vmoe import flops  # pylint: disable=g-import-not-at-top
-from vmoe import optim  # pylint: disable=g-import-not-at-top
-from vmoe import sharding  # pylint: disable=g-import-not-at-top
-from vmoe import train_step as train_lib  # pylint: disable=g-import-not-at-top
-from vmoe import trainer  # pylint: disable=g-import-not-at-top
-from vmoe import vit  # pylint: disable=g-import-not-at-top
-from vmoe.routing import router as routing  # pylint: disable=g-import-not-at-top
+from base import atomic
+from bench import moe_layer
+from configs import common as config_lib
+from configs import experiment as experiment_parser
+from configs import tiny
+from launch import sweep
+from vmoe import flops
+from vmoe import setup as setup_lib
+from vmoe import sharding
+from vmoe.routing import router as router_lib
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # Where -m bench.* runs.
 DENSE = config_lib.DENSE
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
 CAPACITIES = (1, 2)
@@ -69,28 +67,20 @@ class Stepper:
     config = tiny.get_config(f'router={router},c={capacity:g}')
     if not softmax_combine:
       config.moe.router.softmax_combine = False
-    self.arch = config.model.variant
-    config_lib.validate(config)
-    mesh = sharding.make_mesh(config.mesh)
-    model = vit.build_model(config)
-    tx, _ = optim.make_optimizer(config)
-    init_rng, self.rng = jax.random.split(jax.random.PRNGKey(config.seed))
+    experiment = experiment_parser.parse(config)
+    self.arch = experiment.model.variant
+    setup = setup_lib.build(experiment)
+    init_rng, self.rng = jax.random.split(jax.random.PRNGKey(experiment.seed))
     images = np.random.default_rng(0).normal(
-        size=(config.batch_size,) + vit.image_shape(config)).astype(np.float32)
-    classes = np.arange(config.batch_size) % config.model.num_classes
-    labels = np.eye(config.model.num_classes, dtype=np.float32)[classes]
-
-    init = train_lib.init_fn(model, tx, images.shape)
-    abstract_state = jax.eval_shape(init, init_rng)
-    state_shardings = sharding.tree_shardings(abstract_state, mesh)
-    self.state = jax.jit(init, out_shardings=state_shardings)(init_rng)
-    batch_sharding = sharding.batch_sharding(mesh)
-    self.batch = sharding.put_batch({'image': images, 'labels': labels}, batch_sharding)
-    self.compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
-        self.state, self.batch, self.rng).compile()
+        size=(experiment.batch_size,) + experiment.model.image_shape).astype(np.float32)
+    num_classes = experiment.model.num_classes
+    labels = np.eye(num_classes, dtype=np.float32)[np.arange(experiment.batch_size) % num_classes]
+    self.state = setup.init_state(init_rng)
+    self.batch = sharding.put_batch({'image': images, 'labels': labels}, setup.batch_sharding)
+    self.compiled = setup.compile()
     self.flops_per_step = flops.compiled_flops(self.compiled)
-    self.num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(self.state.params)))
-    self.batch_size = config.batch_size
+    self.num_params = setup.num_params()
+    self.batch_size = experiment.batch_size
 
   def __call__(self):
     self.state, metrics = self.compiled(self.state, self.batch, self.rng)
@@ -154,12 +144,12 @@ def run_processes(args):
   with tempfile.TemporaryDirectory() as directory:
     for index in range(args.processes):
       out = os.path.join(directory, f'run{index}.json')
-      subprocess.run([sys.executable, os.path.abspath(__file__), '--processes', '1', '--out', out,
+      subprocess.run([sys.executable, '-m', 'bench.train_step', '--processes', '1', '--out', out,
                       '--routers', ','.join(args.routers),
                       '--capacities', ','.join(f'{c:g}' for c in args.capacities),
                       '--warmup', str(args.warmup), '--rounds', str(args.rounds),
                       '--steps', str(args.steps)] + ([] if args.ablation else ['--no-ablation']),
-                     check=True)
+                     check=True, cwd=REPO)
       with open(out) as f:
         runs.append(json.load(f))
   combined = combine_runs(runs)
@@ -195,9 +185,9 @@ def run_grid(args):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--router', help=f'one row: {DENSE} or one of {sorted(routing.ROUTERS)}')
+  parser.add_argument('--router', help=f'one row: {DENSE} or one of {sorted(router_lib.ROUTERS)}')
   parser.add_argument('--capacity', type=float, default=1.0, help='c (k for token choice)')
-  parser.add_argument('--routers', default=','.join(routing.PAPER_ROUTERS),
+  parser.add_argument('--routers', default=','.join(router_lib.PAPER_ROUTERS),
                       help='the grid\'s routers, comma-separated')
   parser.add_argument('--capacities', default=','.join(map(str, CAPACITIES)))
   parser.add_argument('--warmup', type=int, default=5)
@@ -214,7 +204,7 @@ def main(argv=None):
   args.capacities = [float(c) for c in args.capacities.split(',') if c]
   for name in ([args.router] if args.router else args.routers):
     if name != DENSE:
-      routing.get_router_spec(name)
+      router_lib.get_router_spec(name)
   if args.processes < 1:
     parser.error(f'--processes must be >= 1, got {args.processes}')
   if args.router is None:

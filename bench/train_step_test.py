@@ -1,5 +1,6 @@
 """The training-step benchmark runs the tiny config's step and derives its ratios (no timing)."""
 import json
+import os
 import statistics
 
 import numpy as np
@@ -72,8 +73,9 @@ def test_runs_combine_into_median_ratios():
 def test_processes_run_the_grid_in_fresh_processes(tmp_path, monkeypatch, capsys):
   calls = []
 
-  def fake_run(command, check):   # Stands in for one process's grid: writes its --out file.
-    assert check and command[1].endswith('bench/train_step.py')
+  def fake_run(command, check, cwd):   # Stands in for one process's grid: writes its --out file.
+    assert check and command[1:3] == ['-m', 'bench.train_step'] and cwd == train_step.REPO
+    assert os.path.isfile(os.path.join(cwd, 'bench', 'train_step.py'))
     calls.append(command)
     ratio = round(1.1 + 0.1 * len(calls), 3)
     out = command[command.index('--out') + 1]

@@ -10,19 +10,25 @@ choices (Every-2, E = 32, C = round(c T / E) with c in {1, 2}, ImageNet 10-shot)
 "Models" subsection (Sec. 4.1) and Sec. 4.3.
 
 A config argument selects presets, big_vision style: `configs/b32_sinkhorn_ec.py:c=2,runlocal=True`
-(`parse_arg`); single values are overridden with `--config.KEY=VALUE`.
+(`parse_arg`); single values are overridden with `--config.KEY=VALUE`. Each block is built from its
+section's dataclass (configs/experiment.py `section`), so a key not set below holds that class's
+default, and configs/experiment.py `parse` turns the whole config into a vmoe.experiment.Experiment.
 """
 import math
 
 import ml_collections as mlc
 
-from configs.validation import CAPACITIES
-from vmoe.routing import router as routing
-from configs.validation import validate  # The trainer calls configs.common.validate.
-
-__all__ = ['CAPACITIES', 'validate', 'parse_arg', 'get_paper_config', 'model_config',
-           'moe_config', 'fewshot_config', 'labels_pp', 'runlocal', 'routed_capacity',
-           'NOISY_ROUTERS']
+from configs import experiment
+from data import config as data_config
+from evaluation import classify
+from evaluation import fewshot
+from vmoe import checkpointing
+from vmoe import experiment as experiment_lib
+from vmoe import moe as moe_lib
+from vmoe import optim
+from vmoe import sharding
+from vmoe import vit
+from vmoe.routing import router as router_lib
 
 # ImageNet-21k (fall 2011 release): 21,843 classes and 14,197,122 images; V-MoE holds out the
 # first 102,400 images of the single 'full' split for validation ('full[:102400]'). The data block
@@ -42,7 +48,7 @@ PAPER_BATCH_SIZE = 4096           # V-MoE pretrain_imagenet21k.py: dataset.train
 # ('L', 16): 4e-4. The keys are the paper's three architectures.
 PAPER_PEAK_LR = {'B/32': 8e-4, 'B/16': 8e-4, 'L/16': 4e-4}
 
-DENSE = 'dense'   # moe_config(DENSE, ...) builds a model without MoE layers (moe.num_experts = 0).
+DENSE = experiment_lib.DENSE   # moe_config(DENSE, ...): no MoE layers (moe.num_experts = 0).
 
 
 def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
@@ -91,37 +97,31 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
   Router presets: router noise 1/E for NOISY_ROUTERS. Only Softmax Token Choice needs balancing
   losses (paper Sec. 3.1 and Appendix A): importance and load losses of weight 0.005 each (V-MoE
   common.get_vmoe_config). Sinkhorn (Sec. 3.2: "eliminate the need for auxiliary losses"), expert
-  choice (balanced by construction) and Soft MoE use neither. softmax_combine=True: Sinkhorn and
-  sparsity-constrained routers dispatch with their transport plan and combine with softmax (Sec.
-  3.2 and 4.4: about 1% better). router=DENSE gives a dense ViT (num_experts=0). Experts start
-  from one shared initialisation (V-MoE's ImageNet-21k recipe; 'independent' draws each).
-  docs/fidelity.md traces every value.
+  choice (balanced by construction) and Soft MoE use neither. Everything else is the defaults of
+  moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index, experts from
+  one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better), C = round(c T /
+  E) with halves to even, and the sparsity solver's steps and start for this c
+  (router.sparsity_solver_defaults). router=DENSE gives a dense ViT (num_experts=0; its router
+  block is ignored). docs/fidelity.md traces every value.
   """
   balanced = router == 'softmax_tc'
-  return mlc.ConfigDict({
-      'num_experts': 0 if router == DENSE else num_experts,
-      'every': 2,                 # Paper "Models": V-MoE's Every-2 (blocks 1, 3, 5, ...).
-      'group_size': group_size,   # Images per routing group (T = group_size x tokens per image).
-      'dispatch': 'indices',      # Gather/scatter by slot index; 'einsum' is the dense reference.
-      'expert_init': 'shared',    # V-MoE i21k: expert params initialised with split_rngs=False.
-      'router': {
-          'name': router,
-          'capacity_factor': float(capacity),   # c (k for token choice): C = round(c T / E).
-          # Paper Sec. 4.1 writes round(c T / E); V-MoE's round() sends halves to even.
-          'capacity_rounding': 'round_half_even',
-          'softmax_combine': True,
-          'noise_std': 1.0 if router in NOISY_ROUTERS else 0.0,
-          'importance_loss_weight': 0.005 if balanced else 0.0,
-          'load_loss_weight': 0.005 if balanced else 0.0,
-          'sinkhorn_iters': 20,   # Entropic OT iterations (affinity.sinkhorn).
-          # Sparsity-constrained OT solver: L-BFGS steps on the semi-dual, from the potentials of
-          # `sparsity_warm_start` Sinkhorn iterations when c <= 1 (the plan is then nearly an
-          # assignment; 5 steps from there beat 10 from 0, in 0.6x the time) and from 0 when
-          # c > 1 (the entropic start is worse there). See affinity.sparsity_constrained.
-          'sparsity_steps': 5 if capacity <= 1 else 10,
-          'sparsity_warm_start': 10 if capacity <= 1 else 0,
-      },
-  })
+  try:
+    # A dense model's router block is ignored; it has the same keys, built as the first paper
+    # router's and named DENSE, so that --config.moe.router.KEY overrides work alike.
+    router_config = router_lib.RouterConfig(
+        name=router_lib.PAPER_ROUTERS[0] if router == DENSE else router,
+        capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
+        noise_std=1.0 if router in NOISY_ROUTERS else 0.0,
+        importance_loss_weight=0.005 if balanced else 0.0,
+        load_loss_weight=0.005 if balanced else 0.0)
+  except ValueError as e:
+    raise ValueError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
+  config = experiment.section(moe_lib.MoeConfig(
+      num_experts=0 if router == DENSE else num_experts,
+      group_size=group_size,              # Images per routing group (T = group_size x N).
+      router=router_config))
+  config.router.name = router
+  return config
 
 
 def routed_capacity(config: mlc.ConfigDict) -> tuple[int, int, float]:
@@ -131,49 +131,33 @@ def routed_capacity(config: mlc.ConfigDict) -> tuple[int, int, float]:
   Sparse routers route groups of moe.group_size images; Soft MoE routes each image alone. An
   image has (image_size / patch)^2 patches, plus the class token with pool = 'tok'.
   """
-  patch = config.model.patch_size or int(config.model.variant.split('/')[1])
-  tokens = (config.model.image_size // patch) ** 2 + (config.model.pool == 'tok')
-  router = routing.RouterConfig(**config.moe.router)
-  num_tokens = tokens * (1 if router.spec.allocation == 'soft' else config.moe.group_size)
-  capacity = router.capacity(num_tokens, config.moe.num_experts)
-  return num_tokens, capacity, capacity * config.moe.num_experts / num_tokens
+  parsed = experiment.parse(config, num_devices=1)
+  moe = parsed.moe
+  num_tokens = moe.images_per_group * parsed.model.tokens_per_image
+  capacity = moe.router.capacity(num_tokens, moe.num_experts)
+  return num_tokens, capacity, capacity * moe.num_experts / num_tokens
 
 
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,
                  head_bias_init: float) -> mlc.ConfigDict:
-  """`config.model`: a ViT variant ('B/32') with V-MoE's head, pooling and (no) dropout."""
-  return mlc.ConfigDict({
-      'variant': variant,
-      'num_classes': num_classes,
-      'image_size': image_size,
-      'channels': channels,
-      'patch_size': mlc.config_dict.placeholder(int),            # None: from the variant.
-      'dropout_rate': 0.0,              # V-MoE: encoder.dropout_rate = 0.0.
-      'representation_size': mlc.config_dict.placeholder(int),   # V-MoE i21k: None.
-      'head_bias_init': head_bias_init,
-      'pool': 'tok',                    # V-MoE: classifier = 'token'.
-  })
+  """`config.model`: a ViT variant ('B/32') with V-MoE's head, pooling and (no) dropout (the
+  defaults of vit.ModelConfig: V-MoE's classifier='token', dropout 0, no pre-logits layer)."""
+  return experiment.section(vit.ModelConfig(variant, num_classes, image_size, channels,
+                                            head_bias_init))
 
 
 def fewshot_config(datasets: dict, pp: str, batch_size: int, every_steps: int) -> mlc.ConfigDict:
-  """`config.fewshot`: 10-shot linear transfer (paper Sec. 4.3; V-MoE common_fewshot).
+  """`config.fewshot`: 10-shot linear transfer (paper Sec. 4.3; V-MoE common_fewshot), with the
+  defaults of fewshot.FewShotConfig (3 seeds; l2 grid 2^-10 ... 2^19; TFDS's default data_dir).
 
   datasets: name -> (split to draw the shots from, split to evaluate on).
   """
-  return mlc.ConfigDict({
-      'every_steps': every_steps,
-      'datasets': datasets,
-      'shots': (10,),                 # Paper: "10 image samples per class".
-      'seeds': 3,                     # Not stated in the paper: mean over 3 draws of the shots.
-      'pp': pp,
-      'batch_size': batch_size,
-      'l2_grid_min_log2': -10,        # V-MoE common_fewshot.py: l2_regs = 2^-10 ... 2^19.
-      'l2_grid_max_log2': 19,
-      # Where the few-shot sets live (None: TFDS's default data_dir; a dataset that is also the
-      # training set reads from data.data_dir / data.manual_dir).
-      'data_dir': None,
-      'manual_dirs': {name: None for name in datasets},
-  })
+  return experiment.section(fewshot.FewShotConfig(datasets, pp, batch_size, every_steps))
+
+
+def data_block(**values) -> mlc.ConfigDict:
+  """`config.data`: data.config.DataConfig of `values` (the other keys at its defaults)."""
+  return experiment.section(data_config.DataConfig(**values))
 
 
 def labels_pp(num_classes: int) -> str:
@@ -182,28 +166,40 @@ def labels_pp(num_classes: int) -> str:
 
 
 def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
-  """V-MoE pretrain_imagenet21k.py's train/eval data, at `image_size` (224 in the paper)."""
+  """V-MoE pretrain_imagenet21k.py's train/eval data, at `image_size` (224 in the paper); TFDS's
+  default data_dir, and the ImageNet-21k archive in data.manual_dir when building it."""
   labels = labels_pp(IMAGENET21K_CLASSES)
-  return mlc.ConfigDict({
-      'name': 'imagenet21k',
-      'train_split': 'full[102400:]',
-      'eval_split': 'full[:102400]',
-      'pp_train': (f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
-                   f'value_range(-1, 1)|{labels}'),
+  return data_block(
+      name='imagenet21k',
+      train_split='full[102400:]',
+      eval_split='full[:102400]',
+      pp_train=(f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
+                f'value_range(-1, 1)|{labels}'),
       # V-MoE dataset.val.process: 'decode|resize_small(256)|central_crop(224)|...', the shorter
       # side to 256 keeping the aspect ratio, then the central square (256/224 of the crop at
       # other image sizes).
-      'pp_eval': (f'decode|resize_small({image_size * 256 // 224})|central_crop({image_size})|'
-                  f'value_range(-1, 1)|{labels}'),
-      'num_classes': IMAGENET21K_CLASSES,
-      'shuffle_buffer': 250_000,          # V-MoE dataset.train.shuffle_buffer.
-      'cache': False,                     # 14M JPEGs do not fit in memory.
-      'data_dir': None,                   # TFDS default (~/tensorflow_datasets).
-      'manual_dir': None,                 # Where the ImageNet-21k archive was downloaded by hand.
-      'files': None,
-      'file_format': None,
-      'train_images': IMAGENET21K_TRAIN_IMAGES,   # What num_train_steps counts; checked.
-  })
+      pp_eval=(f'decode|resize_small({image_size * 256 // 224})|central_crop({image_size})|'
+               f'value_range(-1, 1)|{labels}'),
+      num_classes=IMAGENET21K_CLASSES,
+      shuffle_buffer=250_000,             # V-MoE dataset.train.shuffle_buffer.
+      cache=False,                        # 14M JPEGs do not fit in memory.
+      train_images=IMAGENET21K_TRAIN_IMAGES)   # What num_train_steps counts; checked.
+
+
+def _embedded_stand_in(config: mlc.ConfigDict) -> None:
+  """The runlocal data of a paper config (in place): Fashion-MNIST as RGB at the model's image
+  size, its labels one-hot over the config's classes, and 10-shot digits, all embedded (prepared
+  in seconds; `python -m data.prepare embedded`), so that the CPU mode needs no ImageNet."""
+  size, num_classes = config.model.image_size, config.model.num_classes
+  pp = f'decode(channels=3)|resize({size})|value_range(-1, 1)'
+  config.data = data_block(
+      name='fashion_mnist', train_split='train[:512]', eval_split='test[:16]',
+      pp_train=f'{pp}|{labels_pp(num_classes)}', pp_eval=f'{pp}|{labels_pp(num_classes)}',
+      num_classes=num_classes, shuffle_buffer=512)
+  config.fewshot = fewshot_config({'digits': ('train', 'test[:100]')},
+                                  f'{pp}|keep("image", "label")',
+                                  batch_size=config.fewshot.batch_size,
+                                  every_steps=config.fewshot.every_steps)
 
 
 def _imagenet_fewshot_pp(image_size: int) -> str:
@@ -221,7 +217,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   """One cell of the paper's tables: `variant` (B/32, B/16, L/16) x `router`, c from `arg`.
 
   arg: 'c=1' (default) or 'c=2' (k for token choice routers); 'runlocal=True' shrinks everything
-  for a one-step CPU run (see `runlocal`).
+  for a 2-step CPU run on embedded data (see `runlocal`; no ImageNet needed).
   """
   if variant not in PAPER_PEAK_LR:
     raise ValueError(f'the paper has no {variant!r} model; valid: {", ".join(PAPER_PEAK_LR)}.')
@@ -242,36 +238,30 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   # Paper "Models": E = 32 experts, Every-2; V-MoE: groups of 8 images (min batch per device).
   config.moe = moe_config(router, arg.c, num_experts=32, group_size=8)
   config.data = _imagenet21k_data(image_size)
-  config.optimizer = mlc.ConfigDict({
-      'b1': 0.9, 'b2': 0.999,           # V-MoE: Adam (0.9, 0.999).
-      'weight_decay': 0.1,              # V-MoE: weight_decay = [('.*/kernel', 0.1)], decoupled.
-      'grad_clip_norm': 1.0,            # V-MoE pretrain_imagenet21k.py: gradient_clip 1.0.
-  })
-  config.schedule = mlc.ConfigDict({
-      'peak_lr': PAPER_PEAK_LR[variant],
-      'warmup_steps': 10_000,           # V-MoE: linear warmup 10k steps ...
-      'end_lr': 1e-5,                   # ... then linear decay to 1e-5.
-  })
-  config.eval = mlc.ConfigDict({'every_steps': 1_000, 'batch_size': 4096})   # V-MoE evaluate.
+  # V-MoE: Adam (0.9, 0.999), weight_decay = [('.*/kernel', 0.1)] decoupled, gradient_clip 1.0
+  # (optim.OptimizerConfig's defaults but the decay).
+  config.optimizer = experiment.section(optim.OptimizerConfig(weight_decay=0.1))
+  # V-MoE: linear warmup 10k steps, then linear decay to 1e-5 (ScheduleConfig's end_lr).
+  config.schedule = experiment.section(optim.ScheduleConfig(peak_lr=PAPER_PEAK_LR[variant],
+                                                            warmup_steps=10_000))
+  config.eval = experiment.section(classify.EvalConfig(every_steps=1_000, batch_size=4096))
   # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
   # imagenet2012_subset/10pct (a 10% subset of train) and evaluates every 25k steps.
   config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
                                   _imagenet_fewshot_pp(image_size), batch_size=4096,
                                   every_steps=25_000)
-  # V-MoE save_checkpoint: every 1000 steps, keep 1; saved in the background.
-  config.checkpoint = mlc.ConfigDict({'every_steps': 1_000, 'keep': 1, 'asynchronous': True})
-  config.wandb = mlc.ConfigDict({'mode': 'offline', 'project': 'vmoe-routers'})
-  config.mesh = mlc.ConfigDict({'data': -1, 'expert': 1})
+  # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background (CheckpointConfig's).
+  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=1_000))
+  config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers'))
+  config.mesh = experiment.section(sharding.MeshConfig())     # Every device on 'data'.
   if arg.runlocal:
-    runlocal(config)
-    # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts.
+    # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
+    # on embedded images in place of ImageNet.
     patch = int(variant.split('/')[1])
     config.model.variant = f'mu/{patch}'
     config.model.image_size = 2 * patch
-    config.data = _imagenet21k_data(config.model.image_size)
-    config.data.shuffle_buffer = 16
-    config.data.train_images = None     # 2 steps count no epochs: any prepared size will do.
-    config.fewshot.pp = _imagenet_fewshot_pp(config.model.image_size)
+    _embedded_stand_in(config)
+    runlocal(config)
   return config
 
 

@@ -1,4 +1,5 @@
-"""Every config file loads, validates and builds its model abstractly; bad configs fail early."""
+"""Every config file loads, parses into its typed sections and builds its model abstractly; bad
+configs fail early naming the key to change; a paper config's CPU mode really trains."""
 import glob
 import importlib.util
 import math
@@ -12,14 +13,17 @@ from ml_collections import config_flags
 import pytest
 
 from configs import common
+from configs import experiment
 from data import imagenet21k
+from vmoe import run_protocol
+from vmoe import trainer
 from vmoe import vit
-from vmoe.routing import router as routing
+from vmoe.routing import router as router_lib
 
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
-               for router in routing.PAPER_ROUTERS]
-LIBRARY_FILES = {'__init__', 'common', 'validation'}
+               for router in router_lib.PAPER_ROUTERS]
+LIBRARY_FILES = {'__init__', 'common', 'experiment'}
 
 
 def load(name: str, arg: str | None = None) -> mlc.ConfigDict:
@@ -30,10 +34,16 @@ def load(name: str, arg: str | None = None) -> mlc.ConfigDict:
   return module.get_config() if arg is None else module.get_config(arg)
 
 
+def parse(config) -> 'experiment.experiment_lib.Experiment':
+  """The config's experiment record, checked for one device."""
+  return experiment.parse(config, num_devices=1)
+
+
 def build_abstract(config) -> dict:
   """Parameter shapes of the config's model for one routing group of images (no memory)."""
-  model = vit.build_model(config)
-  images = jax.ShapeDtypeStruct((config.moe.group_size,) + vit.image_shape(config), jnp.float32)
+  parsed = parse(config)
+  model = vit.build_model(parsed.model, parsed.moe)
+  images = jax.ShapeDtypeStruct((parsed.moe.group_size,) + parsed.model.image_shape, jnp.float32)
   return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
 
 
@@ -46,7 +56,7 @@ def test_the_config_files_are_the_papers_18_and_tiny():
 @pytest.mark.parametrize('name', PAPER_FILES)
 def test_paper_config_validates_and_builds(name):
   config = load(name)
-  common.validate(config, num_devices=1)
+  parse(config)
   arch, router = name.split('_', 1)
   assert config.model.variant == {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}[arch]
   assert config.moe.router.name == router and config.moe.router.capacity_factor == 1
@@ -60,7 +70,7 @@ def test_paper_config_validates_and_builds(name):
   # with 10 steps instead of 5) and the recorded argument, nothing else; 'c=1' equals no argument.
   assert load(name, 'c=1').to_dict() == config.to_dict()
   config2 = load(name, 'c=2')
-  common.validate(config2, num_devices=1)
+  parse(config2)
   assert config2.moe.router.capacity_factor == 2 and config2.config_arg == 'c=2,runlocal=False'
   solver = lambda c: (c.moe.router.sparsity_steps, c.moe.router.sparsity_warm_start)
   assert solver(config) == (5, 10) and solver(config2) == (10, 0)
@@ -69,7 +79,7 @@ def test_paper_config_validates_and_builds(name):
   assert config2.to_dict() == config.to_dict()
 
   local = load(name, 'c=2,runlocal=True')       # The CPU mode: a 'mu' model, 2 steps.
-  common.validate(local, num_devices=1)
+  parse(local)
   assert local.model.variant.startswith('mu/') and local.num_train_steps == 2
   assert build_abstract(local)['block_01']['moe']['experts']['wi'].shape[0] == 32
 
@@ -112,7 +122,7 @@ def test_router_presets_follow_the_reference(name):
   # Noise 1/E for softmax and Sinkhorn routers (paper eq. softmax-affinity; V-MoE's routers'
   # default noise_std 1.0, relative to 1/E); balance losses for softmax_tc only; experts from one
   # shared initialisation (V-MoE i21k); C = round(c T / E) with halves to even (paper Sec. 4.1).
-  routers = [name.split('_', 1)[1]] if name != 'tiny' else list(routing.PAPER_ROUTERS)
+  routers = [name.split('_', 1)[1]] if name != 'tiny' else list(router_lib.PAPER_ROUTERS)
   for router in routers:
     config = load(name) if name != 'tiny' else load('tiny', f'router={router}')
     moe = config.moe
@@ -123,17 +133,17 @@ def test_router_presets_follow_the_reference(name):
     assert moe.expert_init == 'shared' and moe.router.capacity_rounding == 'round_half_even'
 
 
-@pytest.mark.parametrize('router', list(routing.PAPER_ROUTERS) + [common.DENSE])
+@pytest.mark.parametrize('router', list(router_lib.PAPER_ROUTERS) + [common.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):
     config = load('tiny', f'router={router},c={c}')
-    common.validate(config, num_devices=1)
+    parse(config)
     assert config.config_arg == f'router={router},c={c},runlocal=False'
     params = build_abstract(config)
     assert ('moe' in params['block_01']) == (router != common.DENSE)
     assert 'mlp' in params['block_00'] and 'mlp' in params['block_02']
   local = load('tiny', f'router={router},runlocal=True')
-  common.validate(local, num_devices=1)
+  parse(local)
   assert local.num_train_steps == 2 and local.batch_size % local.moe.group_size == 0
 
 
@@ -200,7 +210,7 @@ def test_config_flags_argument_and_overrides():
                              '--config.num_train_steps=100', '--config.model.patch_size=16')
   assert config.moe.router.capacity_factor == 2 and config.config_arg == 'c=2,runlocal=False'
   assert not config.moe.router.softmax_combine and config.num_train_steps == 100
-  assert vit.build_model(config).patch_size == 16               # The placeholder takes an int.
+  assert parse(config).model.patch == 16               # The placeholder takes an int.
 
 
 @pytest.mark.parametrize('arg,message', [
@@ -230,8 +240,8 @@ def _tiny(**changes):
 
 
 @pytest.mark.parametrize('changes,num_devices,message', [
-    ({'moe.router.name': 'top2'}, 1, "unknown router moe.router.name='top2'; valid: sinkhorn_ec"),
-    ({'model.variant': 'XXL/7'}, 1, "unknown ViT variant 'XXL/7'"),
+    ({'moe.router.name': 'top2'}, 1, "moe.router: unknown router 'top2'; valid routers: sinkhorn_ec"),
+    ({'model.variant': 'XXL/7'}, 1, "model: unknown ViT variant 'XXL/7'"),
     ({'model.variant': 'XS'}, 1, 'names no patch size'),
     ({'moe.router.capacity_factor': 3.0}, 1, r"c=3 is not one of the paper's \(1, 2\)"),
     ({'model.patch_size': 5}, 1, 'patch size 5 does not divide model.image_size=28'),
@@ -241,7 +251,7 @@ def _tiny(**changes):
     ({}, 3, 'batch_size=64 does not split over 3 devices'),
     ({'eval.batch_size': 40}, 1, 'eval.batch_size=40 gives 40 images per device'),
     ({'moe.num_experts': 1, 'moe.router.capacity_factor': 2.0}, 1,
-     'selects k=2 experts per token but only moe.num_experts=1 exist'),
+     'selects k=2 experts per token but only E=1 experts exist'),
     ({'moe.every': 5}, 1, 'moe.every=5 places no MoE layer in a 4-block model'),
     ({'moe.dispatch': 'sorted'}, 1, "unknown moe.dispatch 'sorted'"),
     ({'loss': 'hinge'}, 1, "unknown loss 'hinge'"),
@@ -249,13 +259,61 @@ def _tiny(**changes):
     ({'model.num_classes': 11}, 1, 'model.num_classes=11 but the data has 10 classes'),
     ({'mixup_alpha': -1.0}, 1, 'mixup_alpha must be >= 0'),
     ({'moe.router.noise_std': -1.0}, 1, 'noise_std and loss weights must be >= 0'),
+    ({'moe.router.sparsity_memory': 0}, 1, 'sparsity_memory must be >= 1'),
+    ({'data.shuffle_buffer': 0}, 1, 'data.shuffle_buffer must be >= 1'),
+    ({'fewshot.seeds': 0}, 1, 'fewshot.seeds=0'),
+    ({'mesh.expert': 0}, 1, 'mesh.expert=0'),
+    ({'wandb.mode': 'cloud'}, 1, "unknown wandb.mode 'cloud'"),
+    ({'checkpoint.keep': 0}, 1, 'checkpoint.keep=0 must be >= 1'),
 ])
-def test_validate_names_what_to_change(changes, num_devices, message):
+def test_parse_names_what_to_change(changes, num_devices, message):
   with pytest.raises(ValueError, match=message):
-    common.validate(_tiny(**changes), num_devices=num_devices)
+    experiment.parse(_tiny(**changes), num_devices=num_devices)
+
+
+def test_unknown_and_missing_keys_fail_listing_the_valid_ones():
+  config = _tiny()
+  config.model.depth = 3
+  with pytest.raises(ValueError, match=r'unknown config key\(s\) model.depth; valid: model.variant'):
+    parse(config)
+  del config.model['depth']
+  del config.model['variant']
+  with pytest.raises(ValueError, match='the config lacks model.variant'):
+    parse(config)
 
 
 def test_dense_model_skips_router_checks():
   # A dense model has no routing groups: any router name, capacity and group size are ignored.
-  common.validate(_tiny(**{'moe.num_experts': 0, 'moe.router.name': 'dense',
-                           'moe.group_size': 24}), num_devices=1)
+  parsed = parse(_tiny(**{'moe.num_experts': 0, 'moe.router.name': 'dense',
+                          'moe.group_size': 24}))
+  assert parsed.moe.router is None and parsed.router_name == 'dense'
+
+
+@pytest.mark.parametrize('name', ['b32_sinkhorn_ec', 'tiny'])
+def test_the_resolved_config_parses_back_to_the_same_record(name):
+  # The trainer records Experiment.to_dict() in WORKDIR/config.json; tools parse it back.
+  parsed = parse(load(name))
+  assert parse(mlc.ConfigDict(parsed.to_dict())) == parsed
+  dense = parse(load('tiny', 'router=dense'))
+  assert parse(mlc.ConfigDict(dense.to_dict())) == dense
+
+
+def test_section_defaults_are_the_configs():
+  # The configs build their sections from the dataclasses: a section's defaults are the values
+  # every config uses unless it says otherwise.
+  config = load('tiny', 'router=sparsity_ec')
+  assert (config.moe.router.sparsity_steps, config.moe.router.sparsity_warm_start,
+          config.moe.router.sparsity_memory) == (5, 10, 3)
+  assert tuple(config.fewshot.shots) == (10,) and config.fewshot.seeds == 3
+
+
+def test_paper_config_runlocal_trains_on_embedded_data(tmp_path):
+  # README: `configs/b32_softmax_tc.py:runlocal=True` is a CPU smoke run. It needs no ImageNet:
+  # a 'mu/32' model on Fashion-MNIST as 64x64 RGB, two steps, evaluation, 10-shot digits.
+  parsed = parse(load('b32_softmax_tc', 'runlocal=True'))
+  assert parsed.data.name == 'fashion_mnist' and set(parsed.fewshot.datasets) == {'digits'}
+  summary = trainer.train_and_evaluate(parsed, str(tmp_path), 'configs/b32_softmax_tc.py')
+  assert summary.steps == 2 and summary.arch == 'mu/32' and summary.router == 'softmax_tc'
+  assert summary.upstream_prec1 is not None and set(summary.fewshot) == {'digits'}
+  assert (tmp_path / run_protocol.SUMMARY_FILE).exists()
+  assert summary.resolved_config == parsed.to_dict()

@@ -20,20 +20,20 @@ clipping at 1.0, batch 64, no augmentation, no mixup. Router presets (noise, bal
 softmax combine) are the paper configs' (configs/common.py: moe_config).
 
 Size and length are chosen for the time target of `make demo` (14 runs, one seed, under 30 min on
-this 2-core CPU). Measured on 2026-11-23: with the earlier recipe (3000 steps, peak 2e-3) every
-router reached 86.97-87.52% on Fashion-MNIST test but the demo's runs took ~39 min of training
-steps alone; softmax_tc at 1500 steps reached 85.9% with peak 2e-3 and 86.1% with this recipe
-(peak 3e-3, 100 warm-up steps). A training step takes 18-28 ms for the dense ViT depending on the
-machine's state, 1.11-1.19x that for the routers at c=1 and 1.29-1.37x at c=2, 1.23x / 1.70x for
-sparsity_ec (bench/results/train_step.json, median of 3 processes), so a run is ~1 min of steps
-plus ~45 s of start-up (imports, compile), three evaluations on the 10,000 test images and
-few-shot. `make demo` took 27 min 49 s on a quiet machine (94-171 s a
-run), with every router at 85.10-86.12% upstream (results/tiny/).
+this 2-core CPU): a run is about a minute of training steps plus start-up (imports, compile), three
+evaluations on the 10,000 test images and few-shot. Step times per router:
+bench/results/train_step.json; what the study reached: results/tiny/.
 Few-shot: 10-shot linear transfer to scikit-learn digits and to Fashion-MNIST (test split).
 """
 import ml_collections as mlc
 
 from configs import common
+from configs import experiment
+from evaluation import classify
+from vmoe import checkpointing
+from vmoe import experiment as experiment_lib
+from vmoe import optim
+from vmoe import sharding
 
 NUM_TRAIN_STEPS = 1500
 BATCH_SIZE = 64
@@ -62,33 +62,25 @@ def get_config(arg=None):
                                      head_bias_init=0.0)
   config.moe = common.moe_config(arg.router, arg.c, NUM_EXPERTS, GROUP_SIZE)
   pp = f'decode(channels=1)|value_range(-1, 1)|{common.labels_pp(10)}'
-  config.data = mlc.ConfigDict({
-      'name': 'fashion_mnist',
-      'train_split': 'train',
-      'eval_split': 'test',
-      'pp_train': pp,
-      'pp_eval': pp,
-      'num_classes': 10,
-      'shuffle_buffer': 60_000,         # The whole training set: a full shuffle.
-      'cache': True,                    # 47 MB of uint8 images.
-      'data_dir': None,
-      'manual_dir': None,               # Default: the IDX files of dataset-fashion-mnist.
-      'files': None,
-      'file_format': None,
-      'train_images': mlc.config_dict.placeholder(int),   # None: NUM_TRAIN_STEPS counts no epochs.
-  })
-  config.optimizer = mlc.ConfigDict(
-      {'b1': 0.9, 'b2': 0.999, 'weight_decay': 1e-4, 'grad_clip_norm': 1.0})
-  config.schedule = mlc.ConfigDict({'peak_lr': PEAK_LR, 'warmup_steps': 100, 'end_lr': 1e-5})
-  config.eval = mlc.ConfigDict({'every_steps': 500, 'batch_size': EVAL_BATCH_SIZE})
+  # manual_dir None: the IDX files of dataset-fashion-mnist; train_images None: NUM_TRAIN_STEPS
+  # counts no epochs.
+  config.data = common.data_block(
+      name='fashion_mnist', train_split='train', eval_split='test', pp_train=pp, pp_eval=pp,
+      num_classes=10,
+      shuffle_buffer=60_000,            # The whole training set: a full shuffle.
+      cache=True)                       # 47 MB of uint8 images.
+  config.optimizer = experiment.section(optim.OptimizerConfig(weight_decay=1e-4))
+  config.schedule = experiment.section(optim.ScheduleConfig(peak_lr=PEAK_LR, warmup_steps=100))
+  config.eval = experiment.section(classify.EvalConfig(every_steps=500,
+                                                       batch_size=EVAL_BATCH_SIZE))
   # Digits are 8x8: resize to the model's 28x28 (a no-op for Fashion-MNIST). At the end only.
   config.fewshot = common.fewshot_config(
       {'digits': ('train', 'test'), 'fashion_mnist': ('train', 'test')},
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
-  config.checkpoint = mlc.ConfigDict({'every_steps': 500, 'keep': 1, 'asynchronous': True})
-  config.wandb = mlc.ConfigDict({'mode': 'offline', 'project': 'vmoe-routers-tiny'})
-  config.mesh = mlc.ConfigDict({'data': -1, 'expert': 1})
+  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=500))
+  config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers-tiny'))
+  config.mesh = experiment.section(sharding.MeshConfig())
   if arg.runlocal:
     common.runlocal(config)
     config.batch_size = config.eval.batch_size = config.fewshot.batch_size = GROUP_SIZE

@@ -1,4 +1,5 @@
 """Tests of the embedded sets: the IDX reader, the digits split and the real Fashion-MNIST."""
+import dataclasses
 import gzip
 import os
 
@@ -70,7 +71,7 @@ def test_real_fashion_mnist():
   assert stored == sorted(map(key, images, labels))
   assert np.bincount(batch['label']).tolist() == [1000] * 10
   # Training batches of the tiny study's shape (uncached: caching decodes all 60,000 images).
-  config.cache = False
+  config = dataclasses.replace(config, cache=False)
   train = pipeline.make_train_iterator(config, batch_size=64, seed=0)
   batch = next(train)
   assert batch['image'].shape == (64, 28, 28, 1) and batch['labels'].shape == (64, 10)

@@ -1,4 +1,5 @@
 """Tests of the ImageNet-21k builder on small archives in the real on-disk layout."""
+import dataclasses
 import os
 
 import numpy as np
@@ -53,9 +54,9 @@ def test_build_and_read(tmp_path, release, prefix):
   # data.train_images is what num_train_steps counts: the paper configs' 14,197,122 - 102,400 =
   # 14,094,722 fall11 images. A split of another size, here full[3:] = 9 - 3 = 6 images, is
   # refused in one line that names fall11 and the override.
-  sources.check_available(data_config(**{**config.to_dict(), 'train_images': 6}))
+  sources.check_available(data_config(**{**dataclasses.asdict(config), 'train_images': 6}))
   with pytest.raises(ValueError) as error:
-    sources.check_available(data_config(**{**config.to_dict(), 'train_images': 14_094_722}))
+    sources.check_available(data_config(**{**dataclasses.asdict(config), 'train_images': 14_094_722}))
   text = str(error.value)
   assert '\n' not in text
   for expected in (f"imagenet21k/{release} split 'full[3:]' has 6 examples",

@@ -28,15 +28,14 @@ import functools
 import math
 import os
 import re
-import tempfile
 
 from absl import logging
-import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from evaluation import fewshot
-
+from base import atomic
+from base import shot_sampling
+from data import config as data_config_lib
 from data import ops
 from data import sources
 
@@ -50,8 +49,6 @@ STATE_VERSION = 1
 # RootDataset::Iterator::~Iterator -> Model::OptimizeLoop (gdb), and the stall freezes every
 # Python thread, asynchronous checkpoint saves included. Eval iterators are dropped mid-run too.
 PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
-# The data-config keys that identify a split's records (the memo key of the caches below).
-_SOURCE_KEYS = ('name', 'data_dir', 'manual_dir', 'files', 'file_format', 'cache')
 
 
 def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -69,8 +66,8 @@ class CorruptRecordError(ValueError):
 # Public API.
 
 
-def make_train_iterator(data_config, *, batch_size: int, seed: int, process_index: int = 0,
-                        process_count: int = 1) -> 'TrainIterator':
+def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: int, seed: int,
+                        process_index: int = 0, process_count: int = 1) -> 'TrainIterator':
   """Infinite, seeded, resumable iterator over this host's shard of data_config.train_split.
 
   Yields {key: numpy array} batches of batch_size // process_count examples as the pp string
@@ -80,9 +77,6 @@ def make_train_iterator(data_config, *, batch_size: int, seed: int, process_inde
   local = _local_batch_size(batch_size, process_count, 'batch_size')
   if not isinstance(seed, int) or seed < 0:
     raise ValueError(f'seed must be a non-negative int, got {seed!r}')
-  if data_config.shuffle_buffer < 1:
-    raise ValueError(f'data.shuffle_buffer must be >= 1 (1 keeps the stored order), got '
-                     f'{data_config.shuffle_buffer}')
   reader = _reader(data_config, data_config.train_split, data_config.pp_train)
   start, stop = _host_range(reader.records.num_examples, process_index, process_count)
   if stop == start:
@@ -94,10 +88,12 @@ def make_train_iterator(data_config, *, batch_size: int, seed: int, process_inde
   return TrainIterator(reader, local, order, np.array([seed, process_index], np.int64), state)
 
 
-def make_eval_iterator(data_config, split: str, *, batch_size: int, pp: str | None = None,
-                       process_index: int = 0, process_count: int = 1) -> 'Batches':
+def make_eval_iterator(data_config: data_config_lib.DataSource, split: str, *, batch_size: int,
+                       pp: str | None = None, process_index: int = 0,
+                       process_count: int = 1) -> 'Batches':
   """One pass over this host's shard of `split`, batches of batch_size // process_count with a
-  float32 'mask' (1 real, 0 padding). pp: a pp string; None means data_config.pp_eval."""
+  float32 'mask' (1 real, 0 padding). data_config: a data section, or a few-shot set's source;
+  pp: a pp string (None: the data section's pp_eval)."""
   local = _local_batch_size(batch_size, process_count, 'batch_size')
   reader = _reader(data_config, split, data_config.pp_eval if pp is None else pp)
   num_examples = reader.records.num_examples
@@ -106,8 +102,8 @@ def make_eval_iterator(data_config, split: str, *, batch_size: int, pp: str | No
   return Batches(reader, local, _padded(np.arange(start, stop), num_batches * local))
 
 
-def fewshot_batches(data_config, split: str, *, shots: int, seed: int, pp: str,
-                    batch_size: int) -> 'Batches':
+def fewshot_batches(data_config: data_config_lib.DataSource, split: str, *, shots: int, seed: int,
+                    pp: str, batch_size: int) -> 'Batches':
   """Batches (with 'mask') of exactly `shots` examples per class of `split`, drawn with `seed`.
 
   The same seed gives the same examples. All classes of the source count; one with fewer than
@@ -119,16 +115,16 @@ def fewshot_batches(data_config, split: str, *, shots: int, seed: int, pp: str,
     raise ValueError(f'few-shot needs a single-label source (an int "label"); '
                      f'{reader.records.description} is multi-label.')
   labels = split_labels(data_config, split)
-  chosen = fewshot.sample_shots(labels, reader.records.num_classes, shots, seed,
-                        reader.records.description)
+  chosen = shot_sampling.sample_shots(labels, reader.records.num_classes, shots, seed,
+                                      reader.records.description)
   return Batches(reader, batch_size, _padded(chosen, math.ceil(len(chosen) / batch_size) *
                                              batch_size))
 
 
-def split_labels(data_config, split: str) -> np.ndarray:
+def split_labels(data_config: data_config_lib.DataSource, split: str) -> np.ndarray:
   """The int 'label' of every record of `split`: read once (no image decoding), then kept in
   memory and, for a prepared TFDS data set, in a label index file beside its data."""
-  return _labels(_source_key(data_config), split)
+  return _labels(data_config.source, split)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,22 +165,14 @@ class Reader:
     return self.records.parse(tf.constant(self.records.read([index])[0]))
 
 
-def _reader(data_config, split: str, pp: str) -> Reader:
+def _reader(data_config: data_config_lib.DataSource, split: str, pp: str) -> Reader:
   records = sources.open_split(data_config, split)
   steps = ops.build(pp)
   if not data_config.cache:
     return Reader(records, steps, pp, None)
   decoded = 1 if steps[0].name == 'decode' else 0   # The cache holds examples after `decode`.
   prefix = tuple(s.spec for s in steps[:decoded])
-  return Reader(records, steps[decoded:], pp, _cached(_source_key(data_config), split, prefix))
-
-
-def _source_key(data_config) -> tuple:
-  return tuple(data_config[k] for k in _SOURCE_KEYS)
-
-
-def _config(source_key: tuple) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(zip(_SOURCE_KEYS, source_key)))
+  return Reader(records, steps[decoded:], pp, _cached(data_config.source, split, prefix))
 
 
 def _index_chunks(indices: np.ndarray, positions: np.ndarray) -> tf.data.Dataset:
@@ -193,15 +181,14 @@ def _index_chunks(indices: np.ndarray, positions: np.ndarray) -> tf.data.Dataset
 
 
 @functools.lru_cache(maxsize=4)
-def _cached(source_key: tuple, split: str, prefix: tuple) -> dict:
+def _cached(source: data_config_lib.DataSource, split: str, prefix: tuple) -> dict:
   """{key: numpy array over all records} of `split` after the pp ops `prefix` (e.g. decode).
 
   For a prepared TFDS data set the arrays are also kept in a file beside its data (next to the
   label index), so that later processes load them instead of decoding the split again
   (Fashion-MNIST's 60,000 training images: 21 s to decode, well under 1 s to load).
   """
-  config = _config(source_key)
-  records = sources.open_split(config, split)
+  records = sources.open_split(source, split)
   path = _decoded_file(records, prefix)
   if path and os.path.exists(path):
     with np.load(path) as stored:
@@ -228,10 +215,10 @@ def _decoded_file(records: sources.Records, prefix: tuple) -> str | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _labels(source_key: tuple, split: str) -> np.ndarray:
+def _labels(source: data_config_lib.DataSource, split: str) -> np.ndarray:
   """The split's labels: from its label index file if there is one, else read (and saved to the
   index: reading ImageNet's 1.28M training records for their labels is a pass over 140 GB)."""
-  records = sources.open_split(_config(source_key), split)
+  records = sources.open_split(source, split)
   path = records.label_index
   if path and os.path.exists(path):
     labels = np.load(path)
@@ -248,13 +235,13 @@ def _labels(source_key: tuple, split: str) -> np.ndarray:
 
 
 def _save_atomically(path: str, value) -> None:
-  """Writes an array (.npy) or a dict of arrays (.npz) to path through a temporary file."""
-  with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix='.tmp', delete=False) as f:
+  """Writes an array (.npy) or a dict of arrays (.npz) to path (base.atomic: readable by other
+  users of a shared data_dir, never seen half-written)."""
+  with atomic.writing(path) as f:
     if isinstance(value, dict):
       np.savez(f, **value)
     else:
       np.save(f, value)
-  os.replace(f.name, path)
 
 
 def _collect(reader: Reader, select) -> dict:

@@ -1,5 +1,7 @@
 """Tests of the iterators: resume equality, sharding, padding, few-shot sampling, bad records."""
+import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -64,7 +66,7 @@ def test_epochs_are_reshuffled_and_cover_the_data(multilabel):
   other_seed = pipeline.make_train_iterator(multilabel, batch_size=41, seed=1)
   assert list(next(other_seed)['key']) != epochs[0]
   # shuffle_buffer=1 keeps the stored order.
-  multilabel = data_config(**{**multilabel.to_dict(), 'shuffle_buffer': 1})
+  multilabel = data_config(**{**dataclasses.asdict(multilabel), 'shuffle_buffer': 1})
   stored = next(pipeline.make_train_iterator(multilabel, batch_size=41, seed=0))['key']
   assert list(stored) == [f'img{i}'.encode() for i in range(41)]
 
@@ -122,7 +124,7 @@ def test_eval_pads_the_last_batch(digits_dir):
 def test_cache_gives_the_same_batches(digits_dir):
   config = data_config(data_dir=digits_dir, pp_train=AUGMENT.replace('randaug(2, 20)|', ''))
   plain = take(pipeline.make_train_iterator(config, batch_size=32, seed=5), 3)
-  config.cache = True
+  config = dataclasses.replace(config, cache=True)
   cached = take(pipeline.make_train_iterator(config, batch_size=32, seed=5), 3)
   assert_same_batches(plain, cached)
 
@@ -244,3 +246,20 @@ def test_pipelines_run_without_the_autotune_model_thread(digits_dir):
   for iterator in iterators:
     assert iterator._dataset(0).options().autotune.enabled is False
     assert next(iterator)['image'].shape[0] in (32, 100)
+
+
+def test_saved_label_index_and_decoded_split_are_readable_by_other_users(tmp_path):
+  """A shared data_dir: what one user saves, another loads. Files get 0666 less the umask (0644
+  under 022), not a temporary file's owner-only 0600."""
+  config = data_config(data_dir=str(tmp_path), cache=True)
+  old = os.umask(0o022)
+  try:
+    pipeline.split_labels(config, 'test[:30]')
+    take(pipeline.make_eval_iterator(config, 'test[:30]', batch_size=10), 1)
+  finally:
+    os.umask(old)
+  version_dir = tmp_path / 'sklearn_digits' / '1.0.0'
+  saved = sorted(version_dir.glob('labels-test__30_*')) + sorted(version_dir.glob('decoded-*'))
+  assert len(saved) == 2
+  assert [p.stat().st_mode & 0o777 for p in saved] == [0o644, 0o644]
+  assert not list(version_dir.glob('*.tmp'))

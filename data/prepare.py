@@ -21,10 +21,10 @@ import os
 
 from absl import logging
 from array_record.python import array_record_module
-import ml_collections
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from data import config as data_config
 from data import sources
 
 
@@ -33,8 +33,7 @@ def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
   source, release = sources.get_source(name)
   if not isinstance(source, sources.TfdsSource):
     raise ValueError(f'{name} is read directly from its files; there is nothing to build.')
-  config = ml_collections.ConfigDict({'name': name, 'data_dir': data_dir,
-                                      'manual_dir': manual_dir})
+  config = data_config.DataSource(name, data_dir=data_dir, manual_dir=manual_dir)
   builder = source.make_builder(config, release, file_format=sources.ARRAY_RECORD)
   try:
     builder.download_and_prepare(
@@ -56,9 +55,7 @@ EMBEDDED = ('fashion_mnist', 'digits')
 def prepare_embedded(data_dir: str | None) -> None:
   """Prepares the embedded sets (seconds; a no-op when they are prepared)."""
   for name in EMBEDDED:
-    config = ml_collections.ConfigDict({'name': name, 'data_dir': data_dir, 'manual_dir': None,
-                                        'files': None, 'file_format': None, 'cache': False})
-    sources.open_split(config, 'train')
+    sources.open_split(data_config.DataSource(name, data_dir=data_dir), 'train')
 
 
 def convert(dataset_version_dir: str) -> int:

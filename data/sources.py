@@ -401,7 +401,7 @@ def check_available(data_config) -> None:
   """
   for key in ('pp_train', 'pp_eval'):
     try:
-      ops.build(data_config[key])
+      ops.build(getattr(data_config, key))
     except ValueError as e:
       raise ValueError(f'data.{key}: {e}') from None
   source, release = get_source(data_config.name)

@@ -1,4 +1,5 @@
 """Tests of the source registry and of check_available's errors (they must say what to do)."""
+import dataclasses
 import os
 
 import pytest
@@ -11,7 +12,7 @@ from data.testdata import write_multilabel
 
 
 def replace(config, **changes):
-  return data_config(**{**config.to_dict(), **changes})
+  return data_config(**{**dataclasses.asdict(config), **changes})
 
 
 def test_unknown_source_lists_valid_names():

@@ -3,25 +3,20 @@ import io
 import os
 
 from array_record.python import array_record_module
-import ml_collections
 import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from data import config as data_config_lib
 from data import records
 
 
-def data_config(**overrides) -> ml_collections.ConfigDict:
-  """A config.data block with every key the pipeline reads (digits unless overridden)."""
-  config = {
-      'name': 'digits', 'train_split': 'train', 'eval_split': 'test',
-      'pp_train': 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
-      'pp_eval': 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
-      'num_classes': 10, 'shuffle_buffer': 10_000, 'cache': False, 'data_dir': None,
-      'manual_dir': None, 'files': None, 'file_format': None, 'train_images': None,
-  }
-  config.update(overrides)
-  return ml_collections.ConfigDict(config)
+def data_config(**overrides) -> data_config_lib.DataConfig:
+  """A data section of digits (unless overridden), as the pipeline reads it."""
+  pp = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+  config = dict(name='digits', train_split='train', eval_split='test', pp_train=pp, pp_eval=pp,
+                num_classes=10, shuffle_buffer=10_000)
+  return data_config_lib.DataConfig(**{**config, **overrides})
 
 
 def jpeg(seed: int, size=(12, 10)) -> bytes:

@@ -1,5 +1,7 @@
 """Upstream evaluation: precision@1 and mean loss over a held-out split, padding excluded.
 
+The loss is the caller's (training's, vmoe/losses.py): this module defines only the metric.
+
 precision@1 is the paper's upstream metric ("top-1 classification accuracy (Prec@1)" on
 JFT-300M; V-MoE's): an example counts as correct when its highest-scoring class is one of its
 true labels. On single-label data that is top-1 accuracy; on multi-label data (JFT, ImageNet-21k)
@@ -8,13 +10,28 @@ any of the true labels is a hit.
 Per-batch sums run jitted where the logits live (a 4096 x 21843 logits batch never leaves the
 device); only three scalars per batch reach the host, where they accumulate in float64.
 """
+import dataclasses
 import functools
 from typing import Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+
+LossFn = Callable[[jax.Array, jax.Array], jax.Array]   # (logits, labels) -> (B,) losses.
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """`config.eval`: upstream evaluation on data.eval_split every `every_steps` steps and at the
+  end, in batches of `batch_size` images (V-MoE: every 1000 steps, batch 4096)."""
+  every_steps: int
+  batch_size: int
+
+  def __post_init__(self):
+    if self.every_steps < 1 or self.batch_size < 1:
+      raise ValueError(f'eval.every_steps={self.every_steps} and eval.batch_size='
+                       f'{self.batch_size} must be >= 1.')
 
 
 def targets(labels: jax.Array, num_classes: int) -> jax.Array:
@@ -33,33 +50,12 @@ def precision_at_1(logits: jax.Array, labels: jax.Array) -> jax.Array:
   return (jnp.take_along_axis(hot, top1[:, None], axis=-1)[:, 0] > 0).astype(jnp.float32)
 
 
-def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """(B,) softmax cross-entropy; `labels` int or a distribution over classes (one-hot)."""
-  return optax.softmax_cross_entropy(logits.astype(jnp.float32), targets(labels, logits.shape[-1]))
-
-
-def sigmoid_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """(B,) sigmoid cross-entropy summed over classes (multi-label; V-MoE's 'sigmoid_xent')."""
-  hot = targets(labels, logits.shape[-1])
-  return jnp.sum(optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), hot), axis=-1)
-
-
-LOSSES = {'softmax_xent': softmax_xent, 'sigmoid_xent': sigmoid_xent}
-
-
-def get_loss(name: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-  """The per-example loss called `name`; an unknown name fails listing the valid ones."""
-  if name not in LOSSES:
-    raise ValueError(f'unknown loss {name!r}; valid: {", ".join(LOSSES)}.')
-  return LOSSES[name]
-
-
 @functools.partial(jax.jit, static_argnames='loss')
-def batch_sums(logits: jax.Array, labels: jax.Array, mask: jax.Array, loss: str) -> dict:
+def batch_sums(logits: jax.Array, labels: jax.Array, mask: jax.Array, loss: LossFn) -> dict:
   """Masked sums over one batch: {'correct', 'loss', 'count'} (padding rows have mask 0)."""
   mask = mask.astype(jnp.float32)
   return {'correct': jnp.sum(precision_at_1(logits, labels) * mask),
-          'loss': jnp.sum(get_loss(loss)(logits, labels) * mask),
+          'loss': jnp.sum(loss(logits, labels) * mask),
           'count': jnp.sum(mask)}
 
 
@@ -70,8 +66,9 @@ class ClassifyEvaluator:
   loss per example), the means over the unmasked examples of every batch.
   """
 
-  def __init__(self, loss: str, prefix: str = 'upstream'):
-    get_loss(loss)
+  def __init__(self, loss: LossFn, prefix: str = 'upstream'):
+    """loss(logits, labels) -> (B,) per-example losses, jittable (a fixed function: batch_sums
+    compiles once per function)."""
     self.loss = loss
     self.prefix = prefix
 

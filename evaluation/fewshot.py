@@ -31,13 +31,66 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-L2_GRID = tuple(2.0 ** np.arange(-10, 20))    # 2^-10 ... 2^19 (V-MoE common_fewshot.py).
+from base import shot_sampling
+from base import stats
+
+L2_GRID_LOG2 = (-10, 19)                       # 2^-10 ... 2^19 (V-MoE common_fewshot.py).
+L2_GRID = tuple(2.0 ** np.arange(L2_GRID_LOG2[0], L2_GRID_LOG2[1] + 1))
 BIAS_CONSTANT = 100.0                          # big_vision / V-MoE fewshot: BIAS_CONSTANT.
 STD_EPSILON = 1e-5                             # big_vision / V-MoE fewshot: std + 1e-5.
-SHOTS = (1, 5, 10, 25)
+SHOTS = (10,)                                  # Paper Sec. 4.3: "10 image samples per class".
+SEEDS = 3                                      # Not in the paper: mean over 3 draws of the shots.
 CV_FOLDS = 5
 CONVENTIONS = {'best_l2': '', 'cv': '_cv'}     # Reporting convention -> metric-name suffix.
 _SCORE_ROWS = 4096       # Test rows scored at a time: bounds the (rows, C) score matrix.
+
+
+@dataclasses.dataclass(frozen=True)
+class FewShotConfig:
+  """`config.fewshot`: few-shot linear transfer during training (V-MoE common_fewshot).
+
+  datasets: name -> (split to draw the shots from, split to evaluate on); none turns few-shot
+  off. pp: the pp string of their images (keeping the int 'label'). Every `every_steps` and at
+  the end, `seeds` draws of each shot count of `shots`, ridge l2 over 2^l2_grid_min_log2 ...
+  2^l2_grid_max_log2. data_dir / manual_dirs[name]: where the sets live (None: TFDS's default; a
+  set that is also the training set reads from the data section's directories). configs/ build
+  `config.fewshot` from this class.
+  """
+  datasets: Mapping[str, tuple[str, str]]
+  pp: str
+  batch_size: int
+  every_steps: int
+  shots: tuple[int, ...] = SHOTS
+  seeds: int = SEEDS
+  l2_grid_min_log2: int = L2_GRID_LOG2[0]
+  l2_grid_max_log2: int = L2_GRID_LOG2[1]
+  data_dir: str | None = None
+  manual_dirs: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    datasets = {name: tuple(splits) for name, splits in dict(self.datasets).items()}
+    bad = [name for name, splits in datasets.items() if len(splits) != 2]
+    if bad:
+      raise ValueError(f'fewshot.datasets must map each name to (shots split, test split); '
+                       f'check {", ".join(bad)}.')
+    object.__setattr__(self, 'datasets', datasets)
+    # One entry per set (None: TFDS's default); entries of sets not evaluated are dropped.
+    object.__setattr__(self, 'manual_dirs', {n: dict(self.manual_dirs).get(n) for n in datasets})
+    object.__setattr__(self, 'shots', tuple(self.shots))
+    if self.seeds < 1 or not self.shots or any(k < 1 for k in self.shots):
+      raise ValueError(f'fewshot.seeds={self.seeds} and every fewshot.shots={self.shots} must be '
+                       '>= 1.')
+    if self.batch_size < 1 or self.every_steps < 1:
+      raise ValueError(f'fewshot.batch_size={self.batch_size} and fewshot.every_steps='
+                       f'{self.every_steps} must be >= 1.')
+    if self.l2_grid_min_log2 > self.l2_grid_max_log2:
+      raise ValueError(f'fewshot.l2_grid_min_log2={self.l2_grid_min_log2} must be <= '
+                       f'fewshot.l2_grid_max_log2={self.l2_grid_max_log2}.')
+
+  @property
+  def l2_grid(self) -> tuple[float, ...]:
+    """2^min ... 2^max, the ridge penalties tried."""
+    return tuple(2.0 ** np.arange(self.l2_grid_min_log2, self.l2_grid_max_log2 + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,45 +195,15 @@ def argmax_prefer_larger(values: np.ndarray) -> int:
 # Shots and cross-validation.
 
 
-def class_counts(labels: np.ndarray, num_classes: int) -> np.ndarray:
-  """(C,) number of examples of each class; labels outside [0, C) fail."""
-  labels = np.asarray(labels)
-  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-    raise ValueError(f'labels must lie in [0, {num_classes}); got {labels.min()}..{labels.max()}.')
-  return np.bincount(labels, minlength=num_classes)
-
-
 def check_shots(labels: np.ndarray, num_classes: int, shots: int, where: str = 'the train set'):
   """Fails unless every class 0..C-1 has exactly `shots` examples in `labels`."""
-  counts = class_counts(labels, num_classes)
+  counts = shot_sampling.class_counts(labels, num_classes)
   wrong = np.flatnonzero(counts != shots)
   if wrong.size:
     c = wrong[0]
     raise ValueError(f'{where}: class {c} has {counts[c]} examples, expected exactly shots={shots} '
                      f'per class ({wrong.size} of {num_classes} classes differ); draw the few-shot '
                      'set with exactly `shots` examples of every class.')
-
-
-def sample_shots(labels: np.ndarray, num_classes: int, shots: int, seed: int,
-                 where: str = 'the pool') -> np.ndarray:
-  """Sorted indices of `shots` examples of every class, drawn without replacement (seeded).
-
-  Fails if a class has fewer than `shots` examples (`where` names the source): such a set is not
-  `shots`-shot.
-  """
-  if shots < 1:
-    raise ValueError(f'shots must be >= 1, got {shots}.')
-  counts = class_counts(labels, num_classes)
-  if counts.min() < shots:
-    small = int(np.argmin(counts))
-    raise ValueError(f'class {small} has {counts[small]} examples in {where}, fewer than '
-                     f'shots={shots}; use fewer shots or a larger split to draw from.')
-  rng = np.random.default_rng(seed)
-  order = rng.permutation(len(labels))
-  # A stable sort by class of a random permutation keeps each class's members in random order.
-  by_class = order[np.argsort(np.asarray(labels)[order], kind='stable')]
-  starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-  return np.sort(np.concatenate([by_class[s:s + shots] for s in starts]))
 
 
 def stratified_folds(labels: np.ndarray, num_folds: int, seed: int) -> np.ndarray:
@@ -249,24 +272,16 @@ def solve_fewshot(train_features: np.ndarray, train_labels: np.ndarray,
     cv_index = argmax_prefer_larger(cross_validation_accuracy(
         train_features, train_labels, num_classes, shots, l2_grid, num_folds, seed))
   path = fit_ridge_path(train_features, train_labels, num_classes)
-  class_counts(test_labels, num_classes)    # Test labels outside the classes fail here.
+  shot_sampling.class_counts(test_labels, num_classes)   # Test labels outside [0, C) fail here.
   return FewShotResult(accuracy_per_l2(path, test_features, test_labels, l2_grid), cv_index)
-
-
-@dataclasses.dataclass(frozen=True)
-class SeedStats:
-  """Mean and sample standard deviation (ddof=1; 0 for a single seed) over seeds."""
-  mean: float
-  std: float
-  n: int
 
 
 @dataclasses.dataclass(frozen=True)
 class Aggregate:
   """One (dataset, shots) cell over seeds, in both conventions."""
   best_l2: float          # The grid's l2 with the best mean test accuracy.
-  best: SeedStats         # Test accuracy at best_l2.
-  cv: SeedStats | None    # Test accuracy at each seed's CV-chosen l2; None for 1 shot.
+  best: stats.Stat        # Test accuracy at best_l2, over seeds.
+  cv: stats.Stat | None   # Test accuracy at each seed's CV-chosen l2; None for 1 shot.
   cv_l2: tuple            # The CV-chosen l2 of each seed.
 
 
@@ -276,35 +291,8 @@ def aggregate(results: Sequence[FewShotResult], l2_grid: Sequence[float] = L2_GR
   best = argmax_prefer_larger(table.mean(axis=0))
   cv = [r.cv_accuracy for r in results if r.cv_index is not None]
   return Aggregate(
-      best_l2=float(l2_grid[best]), best=_stats(table[:, best]),
-      cv=_stats(cv) if cv else None,
+      best_l2=float(l2_grid[best]), best=stats.stat(table[:, best]), cv=stats.stat(cv),
       cv_l2=tuple(float(l2_grid[r.cv_index]) for r in results if r.cv_index is not None))
-
-
-def evaluate_arrays(pool_features: np.ndarray, pool_labels: np.ndarray,
-                    test_features: np.ndarray, test_labels: np.ndarray, *,
-                    shots: Sequence[int] = SHOTS, seeds: int = 3,
-                    l2_grid: Sequence[float] = L2_GRID,
-                    num_folds: int = CV_FOLDS) -> dict[int, Aggregate]:
-  """Few-shot accuracy for features already in memory: for each shot count and seed, draws the
-  shots from the pool (`sample_shots`), solves, and aggregates over seeds. {shots: Aggregate}."""
-  num_classes = int(max(np.max(pool_labels), np.max(test_labels))) + 1
-  out = {}
-  for k in shots:
-    draws = []
-    for seed in range(seeds):
-      idx = sample_shots(pool_labels, num_classes, k, seed)
-      draws.append(solve_fewshot(pool_features[idx], pool_labels[idx], test_features,
-                                 test_labels, num_classes, k, l2_grid=l2_grid,
-                                 num_folds=num_folds, seed=seed))
-    out[k] = aggregate(draws, l2_grid)
-  return out
-
-
-def _stats(values) -> SeedStats:
-  values = np.asarray(values, np.float64)
-  std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-  return SeedStats(float(values.mean()), std, len(values))
 
 
 def _check_grid(l2_grid: Sequence[float]):
@@ -368,7 +356,7 @@ class FewShotEvaluator:
   """
 
   def __init__(self, datasets: Mapping[str, FewShotData], *, shots: Sequence[int] = SHOTS,
-               seeds: int = 3, l2_grid: Sequence[float] = L2_GRID, num_folds: int = CV_FOLDS):
+               seeds: int = SEEDS, l2_grid: Sequence[float] = L2_GRID, num_folds: int = CV_FOLDS):
     if not datasets:
       raise ValueError('FewShotEvaluator needs at least one dataset.')
     if seeds < 1 or any(k < 1 for k in shots) or num_folds < 2:
@@ -381,8 +369,10 @@ class FewShotEvaluator:
     self.l2_grid = tuple(l2_grid)
     self.num_folds = num_folds
 
-  def run(self, feature_fn: Callable[[np.ndarray], np.ndarray]) -> Iterator[tuple[str, float]]:
-    """feature_fn(images) -> (B, F) features (numpy or jax). Yields (name, accuracy) pairs."""
+  def cells(self, feature_fn: Callable[[np.ndarray], np.ndarray]
+            ) -> Iterator[tuple[str, int, Aggregate]]:
+    """(dataset, shots, Aggregate over seeds) for every dataset and shot count; feature_fn as
+    in run()."""
     for name, data in self.datasets.items():
       test_x, test_y = extract_features(feature_fn, data.test_batches())
       for shots in self.shots:
@@ -398,12 +388,41 @@ class FewShotEvaluator:
                              'unmasked examples of every class.') from None
           draws.append(solve_fewshot(train_x, train_y, test_x, test_y, num_classes, shots,
                                      l2_grid=self.l2_grid, num_folds=self.num_folds, seed=seed))
-        cell = aggregate(draws, self.l2_grid)
-        yield metric_name(name, shots), cell.best.mean
-        yield metric_name(name, shots, stat='std'), cell.best.std
-        if cell.cv is not None:
-          yield metric_name(name, shots, 'cv'), cell.cv.mean
-          yield metric_name(name, shots, 'cv', 'std'), cell.cv.std
+        yield name, shots, aggregate(draws, self.l2_grid)
+
+  def run(self, feature_fn: Callable[[np.ndarray], np.ndarray]) -> Iterator[tuple[str, float]]:
+    """feature_fn(images) -> (B, F) features (numpy or jax). Yields (name, accuracy) pairs."""
+    for name, shots, cell in self.cells(feature_fn):
+      yield metric_name(name, shots), cell.best.mean
+      yield metric_name(name, shots, stat='std'), cell.best.std
+      if cell.cv is not None:
+        yield metric_name(name, shots, 'cv'), cell.cv.mean
+        yield metric_name(name, shots, 'cv', 'std'), cell.cv.std
+
+
+def evaluate_arrays(pool_features: np.ndarray, pool_labels: np.ndarray,
+                    test_features: np.ndarray, test_labels: np.ndarray, *,
+                    shots: Sequence[int] = SHOTS, seeds: int = SEEDS,
+                    l2_grid: Sequence[float] = L2_GRID,
+                    num_folds: int = CV_FOLDS) -> dict[int, Aggregate]:
+  """Few-shot accuracy for features already in memory: for each shot count and seed, draws the
+  shots from the pool (shot_sampling.sample_shots), solves, and aggregates over seeds.
+
+  The FewShotEvaluator on one data set whose batches are these arrays. {shots: Aggregate}.
+  """
+  num_classes = int(max(np.max(pool_labels), np.max(test_labels))) + 1
+
+  def one_batch(features, labels):
+    return [{'image': features, 'label': labels, 'mask': np.ones(len(labels))}]
+
+  def train_batches(k, seed):
+    idx = shot_sampling.sample_shots(pool_labels, num_classes, k, seed)
+    return one_batch(pool_features[idx], pool_labels[idx])
+
+  data = FewShotData(train_batches, lambda: one_batch(test_features, test_labels))
+  evaluator = FewShotEvaluator({'arrays': data}, shots=shots, seeds=seeds, l2_grid=l2_grid,
+                               num_folds=num_folds)
+  return {k: cell for _, k, cell in evaluator.cells(lambda features: features)}
 
 
 def extract_features(feature_fn: Callable, batches: Iterable[dict]) -> tuple[np.ndarray, np.ndarray]:

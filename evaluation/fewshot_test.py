@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from sklearn import datasets as sk_datasets
 
+from base import shot_sampling
 from evaluation import fewshot as fs
 
 
@@ -94,19 +95,8 @@ def test_ties_choose_the_largest_l2():
   assert fs.argmax_prefer_larger([0.9, 0.7]) == 0
 
 
-def test_sample_shots_draws_exactly_k_distinct_examples_per_class():
+def test_a_train_set_that_is_not_shots_shot_fails_clearly():
   labels = np.array([0] * 7 + [1] * 5 + [2] * 9)
-  first = fs.sample_shots(labels, 3, 4, seed=0)
-  assert len(np.unique(first)) == 12
-  np.testing.assert_array_equal(np.bincount(labels[first]), [4, 4, 4])
-  np.testing.assert_array_equal(fs.sample_shots(labels, 3, 4, seed=0), first)
-  assert not np.array_equal(fs.sample_shots(labels, 3, 4, seed=1), first)
-
-
-def test_more_shots_than_a_class_holds_fails_clearly():
-  labels = np.array([0] * 7 + [1] * 5 + [2] * 9)
-  with pytest.raises(ValueError, match='class 1 has 5 examples in the pool, fewer than shots=6'):
-    fs.sample_shots(labels, 3, 6, seed=0)
   with pytest.raises(ValueError, match='class 1 has 5 examples, expected exactly shots=7'):
     fs.check_shots(labels, 3, 7)
   features = np.zeros((len(labels), 2))
@@ -127,7 +117,7 @@ def test_stratified_folds_spread_every_class():
 
 def test_cv_choice_never_reads_test_labels(digits):
   pool_x, pool_y, test_x, test_y = digits
-  idx = fs.sample_shots(pool_y, 10, 10, seed=0)
+  idx = shot_sampling.sample_shots(pool_y, 10, 10, seed=0)
   train_x, train_y = pool_x[idx], pool_y[idx]
   path = fs.fit_ridge_path(train_x, train_y, 10)
   # Adversarial test labels: the predictions of the largest l2, which becomes the best on test.
@@ -174,7 +164,7 @@ def test_evaluator_end_to_end_on_digits_pixels(digits):
   calls = {'test': 0, 'features': 0}
 
   def train_batches(shots, seed):
-    idx = fs.sample_shots(pool_y, 10, shots, seed)
+    idx = shot_sampling.sample_shots(pool_y, 10, shots, seed)
     return batches_of(pool_x[idx], pool_y[idx])
 
   def test_batches():
@@ -213,7 +203,7 @@ def test_evaluator_rejects_train_batches_with_the_wrong_shot_count(digits):
   pool_x, pool_y, test_x, test_y = digits
 
   def nine_per_class(shots, seed):
-    idx = fs.sample_shots(pool_y, 10, shots - 1, seed)
+    idx = shot_sampling.sample_shots(pool_y, 10, shots - 1, seed)
     return batches_of(pool_x[idx], pool_y[idx])
 
   evaluator = fs.FewShotEvaluator(
@@ -230,3 +220,12 @@ def test_bad_names_fail_listing_the_valid_ones():
     fs.summary_table({}, 'oracle')
   with pytest.raises(ValueError, match='strictly increasing'):
     fs.FewShotEvaluator({'d': None}, l2_grid=(1.0, 0.5))
+
+
+def test_the_config_section_defaults_are_the_evaluators():
+  config = fs.FewShotConfig({'digits': ['train', 'test']}, 'decode', batch_size=8, every_steps=1)
+  assert config.l2_grid == fs.L2_GRID and config.shots == fs.SHOTS == (10,)
+  assert config.seeds == fs.SEEDS == 3 and config.datasets == {'digits': ('train', 'test')}
+  assert config.manual_dirs == {'digits': None}
+  with pytest.raises(ValueError, match=r'fewshot.seeds=1 and every fewshot.shots=\(0,\)'):
+    fs.FewShotConfig({}, 'decode', batch_size=8, every_steps=1, shots=(0,), seeds=1)

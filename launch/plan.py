@@ -35,28 +35,21 @@ if __name__ == '__main__':   # XLA reads this when jax starts: devices for the l
   os.environ['JAX_PLATFORMS'] = 'cpu'
 
 import jax   # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax.numpy as jnp   # pylint: disable=wrong-import-position
-import ml_collections   # pylint: disable=wrong-import-position
 import numpy as np   # pylint: disable=wrong-import-position
 
+from base import atomic   # pylint: disable=wrong-import-position
+from base import fast_compile   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
-from vmoe import atomic   # pylint: disable=wrong-import-position
+from configs import experiment as experiment_parser   # pylint: disable=wrong-import-position
 from vmoe import flops   # pylint: disable=wrong-import-position
-from vmoe import optim   # pylint: disable=wrong-import-position
+from vmoe import setup as setup_lib   # pylint: disable=wrong-import-position
 from vmoe import sharding   # pylint: disable=wrong-import-position
-from vmoe import train_step as train_lib   # pylint: disable=wrong-import-position
-from vmoe import trainer   # pylint: disable=wrong-import-position
-from vmoe import vit   # pylint: disable=wrong-import-position
+from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
 
 GIB = 2 ** 30
 VARIANTS = ('B/32', 'B/16', 'L/16')
 ROUTER = 'softmax_ec'
-ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
 ROUTER_SLICE = 0     # The router comparison runs B/32 on SLICES[0].
-# Without LLVM optimisation and fusion emitters XLA:CPU compiles 2-3x faster and assigns the same
-# buffers (checked: B/32 on 32 devices, identical memory_analysis).
-FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True,
-                'xla_cpu_use_fusion_emitters': False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,23 +91,18 @@ def device_bytes(tree, shardings) -> int:
 
 def measure(config, devices) -> dict:
   """Compiles `config`'s train step at config.batch_size over `devices`; per-device counters."""
-  data, expert = mesh_shape(len(devices), config.moe.num_experts)
-  mesh = sharding.make_mesh(ml_collections.ConfigDict({'data': data, 'expert': expert}), devices)
-  model = vit.build_model(config)
-  tx, _ = optim.make_optimizer(config)
-  images = jax.ShapeDtypeStruct((config.batch_size,) + vit.image_shape(config), jnp.float32)
-  labels = jax.ShapeDtypeStruct((config.batch_size, config.model.num_classes), jnp.float32)
-  rng = jax.random.PRNGKey(0)
-  state = jax.eval_shape(train_lib.init_fn(model, tx, images.shape), rng)
-  state_shardings = sharding.tree_shardings(state, mesh)
+  experiment = experiment_parser.parse(config, num_devices=len(devices))
+  data, expert = mesh_shape(len(devices), experiment.moe.num_experts)
+  setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(data, expert),
+                                                         devices))
+  state, state_shardings = setup.abstract_state, setup.state_shardings
   start = time.process_time()
-  compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
-      state, {'image': images, 'labels': labels}, rng).compile(FAST_COMPILE)
+  compiled = setup.compile(fast_compile.OPTIONS)
   memory = compiled.memory_analysis()
   params = jax.tree.leaves(state.params)
   return {
       'mesh': (data, expert),
-      'batch_per_device': config.batch_size // len(devices),
+      'batch_per_device': experiment.batch_size // len(devices),
       'num_params': int(sum(np.prod(p.shape) for p in params)),
       'param_bytes_total': int(sum(np.prod(p.shape) * p.dtype.itemsize for p in params)),
       'param_bytes': device_bytes(state.params, state_shardings.params),
@@ -204,7 +192,8 @@ def main(argv=None) -> int:
       print(f"{variant} {slice_.name}: peak {_gib(rows[-1]['peak_bytes'])} GiB "
             f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
   router_rows = []
-  for router in () if args.no_routers else ROUTERS:   # B/32 on SLICES[ROUTER_SLICE].
+  routers = () if args.no_routers else router_lib.PAPER_ROUTERS
+  for router in routers:   # B/32 on SLICES[ROUTER_SLICE].
     same = router == ROUTER
     router_rows.append(rows[ROUTER_SLICE] if same else plan_row(
         paper_config(VARIANTS[0], router), SLICES[ROUTER_SLICE], devices))

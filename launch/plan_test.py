@@ -19,8 +19,8 @@ def test_a_row_counts_the_state_and_the_step():
   row = plan.plan_row(config, one_cpu, jax.devices()[:1])
   assert row['mesh'] == (1, 1) and row['batch_per_device'] == 8
   assert row['param_bytes'] == row['param_bytes_total'] == 4 * row['num_params']
-  # Adam's two moments, plus two int32 step counts (Adam's and the learning-rate schedule's).
-  assert row['optimizer_bytes'] == 2 * row['param_bytes'] + 8
+  # Adam's two float32 moments, plus a few scalars (step counts), however optax nests them.
+  assert 2 * row['param_bytes'] <= row['optimizer_bytes'] <= 2 * row['param_bytes'] + 64
   # The arguments are the state and the batch (8 images of 64 x 64 x 3 and 21,843 labels).
   batch_bytes = 4 * 8 * (64 * 64 * 3 + 21_843)
   assert row['argument_bytes'] >= row['param_bytes'] + row['optimizer_bytes'] + batch_bytes

@@ -30,14 +30,13 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from results import paper
+from vmoe import run_protocol
 
 ARCHS = ('b32', 'b16', 'l16', 'tiny')
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
-SUMMARY_FILE = 'summary.json'       # vmoe/trainer.py SUMMARY_FILE: written last, atomically.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
 LOG_TAIL_LINES = 20
-INTERRUPTED = 130      # vmoe/trainer.py exits 130 after saving its Ctrl-C checkpoint (128 + SIGINT).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +126,8 @@ def run_sweep(runs: Sequence[Run], root: str, command: CommandFn = main_py_comma
   for i, run in enumerate(runs, 1):
     workdir = run.workdir(root)
     tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
-    if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
-      say(f'{tag}: done ({SUMMARY_FILE} exists), skipped')
+    if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
+      say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
       skipped += 1
       continue
     argv = command(run, workdir)
@@ -143,13 +142,13 @@ def run_sweep(runs: Sequence[Run], root: str, command: CommandFn = main_py_comma
       status = execute(argv, log_path)
     except KeyboardInterrupt:
       say(f'{tag}: interrupted; rerun the same command to resume (finished runs are skipped).')
-      return INTERRUPTED
+      return run_protocol.INTERRUPTED
     ran += 1
     elapsed = time.perf_counter() - start
-    if status in (INTERRUPTED, -signal.SIGINT):   # The trainer was stopped by Ctrl-C / SIGINT.
+    if status in (run_protocol.INTERRUPTED, -signal.SIGINT):   # Trainer stopped by Ctrl-C / SIGINT.
       say(f'{tag}: interrupted (exit status {status}); rerun the same command to resume.')
-      return INTERRUPTED
-    if status == 0 and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
+      return run_protocol.INTERRUPTED
+    if status == 0 and os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
       say(f'{tag}: finished in {elapsed:.0f} s')
       continue
     if status > 0:
@@ -157,7 +156,7 @@ def run_sweep(runs: Sequence[Run], root: str, command: CommandFn = main_py_comma
     elif status < 0:
       reason = f'killed by signal {-status}'
     else:
-      reason = f'exited 0 without writing {SUMMARY_FILE}'
+      reason = f'exited 0 without writing {run_protocol.SUMMARY_FILE}'
     say(f'{tag}: FAILED ({reason}) after {elapsed:.0f} s; end of {log_path}:\n'
         f'{log_tail(log_path)}')
     failed.append(run)

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from launch import sweep
+from vmoe import run_protocol
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,7 +127,7 @@ def test_an_interrupted_trainer_stops_the_sweep(tmp_path, fake):
   out = io.StringIO()
   status = sweep.run_sweep(sweep.make_grid('tiny')[:3], str(tmp_path / 'runs'),
                            command({'sinkhorn_tc_c1': 'interrupted'}), out=out)
-  assert status == sweep.INTERRUPTED == 130
+  assert status == run_protocol.INTERRUPTED == 130
   assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
   assert 'rerun the same command to resume' in out.getvalue()
 
@@ -161,7 +162,7 @@ def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
   started = entries('start')
   assert [n for n in set(started) if started.count(n) > 1] == ['softmax_ec_c1']
   for run in grid:
-    with open(os.path.join(run.workdir(root), sweep.SUMMARY_FILE)) as f:
+    with open(os.path.join(run.workdir(root), run_protocol.SUMMARY_FILE)) as f:
       assert json.load(f) == {'router': run.name}
   # A third pass has nothing left to do.
   out = io.StringIO()

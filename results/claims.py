@@ -39,16 +39,12 @@ import math
 import sys
 from typing import Callable, Sequence
 
+from base import atomic
+from base.stats import Stat
 from results import cost
 from results import paper
 from results import summaries
-from vmoe import atomic
-from vmoe.routing import router as routing
 
-TOKEN_CHOICE = tuple(r for r in paper.ROUTERS
-                     if routing.get_router_spec(r).allocation == 'token_choice')
-EXPERT_CHOICE = tuple(r for r in paper.ROUTERS
-                      if routing.get_router_spec(r).allocation == 'expert_choice')
 FEWSHOT_SHOTS = 10
 BUDGET_TOLERANCE = 0.10      # Claim 6b: a router within 10% of Soft MoE's cost is within budget.
 
@@ -95,7 +91,7 @@ class Verdict:
     return 'within noise (<= 2 s.e.)'
 
 
-def _stderr(stats: Sequence[summaries.Stat]) -> float | None:
+def _stderr(stats: Sequence[Stat]) -> float | None:
   if any(s.n < 2 for s in stats):
     return None
   return 100 * math.sqrt(sum(s.std ** 2 / s.n for s in stats))
@@ -112,7 +108,7 @@ def _metrics(runs: Sequence[summaries.Run]) -> dict[str, Callable]:
 
 
 def _row_stats(rows: dict, table: tuple, capacity: float, value: Callable,
-               softmax_combine: bool = True) -> dict[str, summaries.Stat]:
+               softmax_combine: bool = True) -> dict[str, Stat]:
   """{router: Stat of value over its seeds} for the paper's routers at one capacity."""
   stats = {}
   for router in paper.ROUTERS:
@@ -126,8 +122,8 @@ def _row_stats(rows: dict, table: tuple, capacity: float, value: Callable,
 def _accuracy_verdicts(stats: dict, ablated: dict, add: Callable) -> None:
   """Claims 1-5 at one (arch, dataset, capacity, metric)."""
   mean = lambda names: sum(stats[n].mean for n in names) / len(names)
-  ec = [r for r in EXPERT_CHOICE if r in stats]
-  tc = [r for r in TOKEN_CHOICE if r in stats]
+  ec = [r for r in paper.EXPERT_CHOICE if r in stats]
+  tc = [r for r in paper.TOKEN_CHOICE if r in stats]
   if ec and tc:
     add(CLAIM_EC_TC_MEANS, mean(ec) - mean(tc), [stats[n] for n in ec + tc],
         f'EC mean {100 * mean(ec):.2f} vs TC mean {100 * mean(tc):.2f}')

@@ -8,10 +8,11 @@ is None. For token choice routers the capacity c is k, the number of experts per
 """
 import dataclasses
 
+from vmoe.routing import router as router_lib
+
 ARCHS = ('B/32', 'B/16', 'L/16')
 CAPACITIES = (1, 2)
-# The paper's row order; the names are the router registry's (vmoe/routing/router.py).
-ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+ROUTERS = router_lib.PAPER_ROUTERS     # The paper's row order, in the registry's names.
 ROUTER_TITLES = {
     'softmax_tc': 'Softmax Token Choice',
     'sinkhorn_tc': 'Sinkhorn Token Choice',
@@ -20,7 +21,9 @@ ROUTER_TITLES = {
     'sparsity_ec': 'Sparsity-constrained Expert Choice',
     'soft_moe': 'Soft MoE',
 }
-TOKEN_CHOICE = ('softmax_tc', 'sinkhorn_tc')    # Capacity is k for these.
+# The allocation of each router, from the registry. Capacity is k for token choice.
+TOKEN_CHOICE = tuple(r for r in ROUTERS if router_lib.ROUTERS[r].allocation == 'token_choice')
+EXPERT_CHOICE = tuple(r for r in ROUTERS if router_lib.ROUTERS[r].allocation == 'expert_choice')
 
 # Tables 1-3 (JFT-300M): (precision@1 %, training TPUv3-days), one pair per router.
 _JFT = {

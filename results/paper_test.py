@@ -5,6 +5,7 @@ import re
 import pytest
 
 from results import paper
+from vmoe.routing import router as router_lib
 
 # The paper's source sits beside the project in CI (../shared/paper from the project root).
 TEX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir,
@@ -87,3 +88,13 @@ def test_the_claims_quote_the_paper():
                 'accuracy', 'is more expensive compared to others',
                 'SoftMoE routers have the best compute--accuracy tradeoff'):
     assert words in text, words
+
+
+def test_routers_and_their_allocations_come_from_the_registry():
+  assert paper.ROUTERS is router_lib.PAPER_ROUTERS
+  # softmax_tc, sinkhorn_tc allocate by token choice; the other sparse ones by expert choice.
+  assert paper.TOKEN_CHOICE == ('softmax_tc', 'sinkhorn_tc')
+  assert paper.EXPERT_CHOICE == ('softmax_ec', 'sinkhorn_ec', 'sparsity_ec')
+  assert all(router_lib.ROUTERS[r].allocation == 'token_choice' for r in paper.TOKEN_CHOICE)
+  assert paper.row_title('sinkhorn_tc', 2) == 'Sinkhorn Token Choice (k=2)'
+  assert paper.row_title('soft_moe', 1) == 'Soft MoE (c=1)'

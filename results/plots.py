@@ -30,7 +30,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import cost as cost_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star. Other routers (e.g. dense) get a diamond.

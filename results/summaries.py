@@ -1,36 +1,43 @@
 """Runs' summary.json files (written by vmoe/trainer.py at the end of a run), read and grouped.
 
 A run is identified by (arch, dataset, router, capacity, softmax_combine); its seeds are the
-repetitions that tables and figures average. Keys a summary may lack (fewshot, fewshot_cv,
-eval_history, cost fields) read as None; a file that is not JSON or lacks an identifying key is
-reported as a problem rather than stopping the whole report.
+repetitions that tables and figures average. Summaries are read through the trainer's own record,
+vmoe.run_protocol.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
+fields, resolved_config) read as None; a file that is not JSON or lacks an identifying key is
+reported as a problem rather than stopping the whole report, and so are runs of one row whose
+resolved configs differ in more than the seed (they are kept out of that row).
 """
 import dataclasses
 import json
-import math
 import os
 from typing import Callable, Iterable, Sequence
 
-SUMMARY_FILE = 'summary.json'     # vmoe/trainer.py SUMMARY_FILE.
-IDENTITY = ('arch', 'dataset', 'router', 'capacity')
+from base import stats
+from vmoe import run_protocol
+
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One finished run: its summary.json and where it was found."""
+  """One finished run: its summary.json (as read) and where it was found."""
   path: str
   summary: dict
 
   @property
+  def record(self) -> run_protocol.RunSummary:
+    """The summary as the trainer's record (ValueError if it lacks an identifying key)."""
+    return run_protocol.RunSummary.from_dict(self.summary)
+
+  @property
   def key(self) -> tuple:
     """(arch, dataset, router, capacity, softmax_combine): the seeds of one key form a row."""
-    s = self.summary
-    return (s['arch'], s['dataset'], s['router'], float(s['capacity']),
-            bool(s.get('softmax_combine', True)))
+    r = self.record
+    return (r.arch, r.dataset, r.router, None if r.capacity is None else float(r.capacity),
+            bool(r.softmax_combine))
 
   @property
   def seed(self) -> int:
-    return int(self.summary.get('seed', 0))
+    return int(self.record.seed)
 
   def get(self, *path):
     """The value at summary[path[0]][path[1]]...; None if any level is missing or null."""
@@ -59,61 +66,95 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
   runs, problems = [], []
   for directory, subdirs, files in os.walk(root):
     subdirs.sort()
-    if SUMMARY_FILE not in files:
+    if run_protocol.SUMMARY_FILE not in files:
       continue
-    path = os.path.join(directory, SUMMARY_FILE)
+    path = os.path.join(directory, run_protocol.SUMMARY_FILE)
     try:
       with open(path, encoding='utf-8') as f:
         summary = json.load(f)
     except (OSError, ValueError) as e:
       problems.append(f'{path}: unreadable ({e}); skipped.')
       continue
-    missing = [k for k in IDENTITY if not isinstance(summary, dict) or summary.get(k) is None]
-    if missing:
-      problems.append(f'{path}: lacks {", ".join(missing)}; skipped.')
+    try:
+      run_protocol.RunSummary.from_dict(summary)
+    except (TypeError, ValueError) as e:
+      problems.append(f'{path}: {e}; skipped.')
       continue
     runs.append(Run(path, summary))
   return runs, problems
 
 
+def _flatten(tree: dict, prefix: str = '') -> dict:
+  """{'moe.router.name': ...} of a nested dict."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
+def config_differences(a: Run, b: Run) -> list[str]:
+  """The resolved-config keys, other than the seed, in which two runs differ ([] when either
+  summary predates resolved_config)."""
+  config_a, config_b = a.record.resolved_config, b.record.resolved_config
+  if config_a is None or config_b is None:
+    return []
+  flat_a, flat_b = _flatten(config_a), _flatten(config_b)
+  return sorted(k for k in set(flat_a) | set(flat_b)
+                if k != 'seed' and flat_a.get(k, '<absent>') != flat_b.get(k, '<absent>'))
+
+
+def _same_config(runs: list[Run]) -> tuple[list[Run], list[str]]:
+  """The runs whose resolved config matches the row's (the first run that records one; runs
+  that record none match), and a problem for each other one (kept out)."""
+  recorded = [r for r in runs if r.record.resolved_config is not None]
+  reference = recorded[0] if recorded else runs[0]
+  kept, problems = [], []
+  for run in runs:
+    differences = config_differences(reference, run)
+    if differences:
+      problems.append(f'{run.path}: same row as {reference.path} but its config differs in '
+                      f'{", ".join(differences)}; kept out of that row (give it its own sweep '
+                      'root, or rerun it with the row\'s config).')
+    else:
+      kept.append(run)
+  return kept, problems
+
+
 def group_seeds(runs: Iterable[Run]) -> tuple[dict[tuple, list[Run]], list[str]]:
-  """{key: runs sorted by seed}. Two runs of one key and seed (a copied or repeated workdir)
+  """{key: runs sorted by seed}. Runs of one key whose resolved configs differ in more than the
+  seed are not averaged: the row keeps those that match its first recorded config (in path
+  order) and the others are reported as problems. Two runs of one key and seed (a copied or repeated workdir)
   keep the newer summary, and the older one is reported as a problem."""
+  by_key: dict[tuple, list[Run]] = {}
+  for run in runs:
+    by_key.setdefault(run.key, []).append(run)
   chosen: dict[tuple, dict[int, Run]] = {}
   problems = []
-  for run in runs:
-    seeds = chosen.setdefault(run.key, {})
-    other = seeds.get(run.seed)
-    if other is not None:
-      newer, older = sorted([run, other], key=lambda r: os.path.getmtime(r.path), reverse=True)
-      problems.append(f'{older.path}: same run and seed {run.seed} as {newer.path}; using the '
-                      'newer one.')
-      run = newer
-    seeds[run.seed] = run
+  for key, key_runs in by_key.items():
+    kept, differ = _same_config(key_runs)
+    problems += differ
+    for run in kept:
+      _add_seed(chosen.setdefault(key, {}), run, problems)
   return {key: [seeds[s] for s in sorted(seeds)] for key, seeds in chosen.items()}, problems
 
 
-@dataclasses.dataclass(frozen=True)
-class Stat:
-  """Mean and sample standard deviation (ddof=1; 0 for one value) of n values."""
-  mean: float
-  std: float
-  n: int
+def _add_seed(seeds: dict[int, Run], run: Run, problems: list[str]) -> None:
+  """Adds `run` to its row's {seed: run}, the newer of two summaries of one seed winning."""
+  other = seeds.get(run.seed)
+  if other is not None:
+    newer, older = sorted([run, other], key=lambda r: os.path.getmtime(r.path), reverse=True)
+    problems.append(f'{older.path}: same run and seed {run.seed} as {newer.path}; using the '
+                    'newer one.')
+    run = newer
+  seeds[run.seed] = run
 
 
-def stat(values: Sequence[float | None]) -> Stat | None:
-  """Stat of the non-None values; None if there are none."""
-  present = [float(v) for v in values if v is not None]
-  if not present:
-    return None
-  mean = sum(present) / len(present)
-  var = (sum((v - mean) ** 2 for v in present) / (len(present) - 1)) if len(present) > 1 else 0.0
-  return Stat(mean, math.sqrt(var), len(present))
-
-
-def stat_of(runs: Sequence[Run], value: Callable[[Run], float | None]) -> Stat | None:
-  """stat() of value(run) over the seeds of one row."""
-  return stat([value(r) for r in runs])
+def stat_of(runs: Sequence[Run], value: Callable[[Run], float | None]) -> stats.Stat | None:
+  """stats.stat() of value(run) over the seeds of one row."""
+  return stats.stat([value(r) for r in runs])
 
 
 def fewshot_columns(runs: Iterable[Run]) -> list[tuple[str, int]]:

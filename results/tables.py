@@ -20,12 +20,14 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from base import atomic
+from base.stats import Stat
 from results import claims
 from results import cost
 from results import paper
 from results import summaries
 from results.summaries import Run
-from vmoe import atomic
+from vmoe import run_protocol
 
 PAPER_10SHOT_DATASET = 'imagenet2012'    # The paper's downstream task: ImageNet-1k 10-shot.
 PM = '\u00b1'
@@ -92,7 +94,7 @@ def columns_for(arch: str, rows: Sequence[list[Run]],
   return columns
 
 
-def format_stat(s: summaries.Stat | None, fmt: str, scale: float, row_n: int,
+def format_stat(s: Stat | None, fmt: str, scale: float, row_n: int,
                 spread: bool = True) -> str:
   """'45.10 +- 0.23' (several seeds), '45.10' (one), '... (n=2)' when some seeds lack it."""
   if s is None:
@@ -231,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   if not runs:
-    print(f'No usable {summaries.SUMMARY_FILE} under {args.runs}; run a sweep first '
+    print(f'No usable {run_protocol.SUMMARY_FILE} under {args.runs}; run a sweep first '
           '(make sweep ARCH=tiny).', file=sys.stderr)
     for problem in problems:
       print(f'  {problem}', file=sys.stderr)

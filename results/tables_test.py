@@ -9,6 +9,7 @@ import pytest
 from results import cost
 from results import summaries
 from results import tables
+from vmoe import run_protocol
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
@@ -29,7 +30,7 @@ def write_summary(root, arch='B/32', router='sinkhorn_ec', capacity=2.0, seed=0,
   summary = {k: v for k, v in summary.items() if v is not None}   # None: the key is absent.
   name = (f'{router}_c{capacity:g}' + ('' if softmax_combine else '_nosmc') +
           (f'_s{seed}' if seed else ''))
-  path = os.path.join(root, arch.replace('/', '').lower(), name, summaries.SUMMARY_FILE)
+  path = os.path.join(root, arch.replace('/', '').lower(), name, run_protocol.SUMMARY_FILE)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, 'w', encoding='utf-8') as f:
     json.dump(summary, f)
@@ -121,7 +122,7 @@ def test_latex_is_booktabs_with_escapes(runs_dir):
 def test_broken_and_duplicate_summaries_are_reported(tmp_path):
   root = str(tmp_path)
   old = write_summary(root, upstream_prec1=0.1)
-  newer = os.path.join(root, 'copy', summaries.SUMMARY_FILE)
+  newer = os.path.join(root, 'copy', run_protocol.SUMMARY_FILE)
   os.makedirs(os.path.dirname(newer))
   with open(old, encoding='utf-8') as f:
     payload = json.load(f)
@@ -130,13 +131,32 @@ def test_broken_and_duplicate_summaries_are_reported(tmp_path):
     json.dump(payload, f)
   os.utime(newer, (time.time() + 10, time.time() + 10))
   os.makedirs(os.path.join(root, 'broken'))
-  with open(os.path.join(root, 'broken', summaries.SUMMARY_FILE), 'w', encoding='utf-8') as f:
+  with open(os.path.join(root, 'broken', run_protocol.SUMMARY_FILE), 'w', encoding='utf-8') as f:
     f.write('{"arch": ')
   runs, problems = summaries.load_runs(root)
   assert len(runs) == 2 and len(problems) == 1 and 'unreadable' in problems[0]
   grouped, dup = summaries.group_seeds(runs)
   (seeds,) = grouped.values()
   assert [r.path for r in seeds] == [newer] and 'using the newer one' in dup[0]
+
+
+def test_runs_whose_configs_differ_beyond_the_seed_are_kept_apart(tmp_path):
+  root = str(tmp_path)
+  resolved = lambda seed, lr: {'seed': seed, 'schedule': {'peak_lr': lr, 'warmup_steps': 10}}
+  first = write_summary(root, seed=0, resolved_config=resolved(0, 1e-3))
+  write_summary(root, seed=1, resolved_config=resolved(1, 1e-3))          # Only the seed differs.
+  other = write_summary(root, seed=2, resolved_config=resolved(2, 3e-3))   # Another recipe.
+  write_summary(root, seed=3)                      # Written before resolved_config: no check.
+  runs, problems = summaries.load_runs(root)
+  assert len(runs) == 4 and not problems
+  grouped, problems = summaries.group_seeds(runs)
+  (row,) = grouped.values()
+  assert [r.seed for r in row] == [0, 1, 3]
+  assert problems == [f'{other}: same row as {first} but its config differs in schedule.peak_lr; '
+                      'kept out of that row (give it its own sweep root, or rerun it with the '
+                      "row's config)."]
+  tabs, table_problems = tables.build_tables(runs)
+  assert table_problems == problems and tabs
 
 
 def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):

@@ -1,29 +1,42 @@
 """Checkpoints with orbax: periodic, asynchronous, keep the last N, resume from the newest one.
 
 A checkpoint holds the train state (parameters, optimizer, step) and a small JSON record of
-everything else a resumed run needs to continue exactly: the data iterator position, the base RNG
-key, the device-seconds spent so far and the evaluation history. orbax writes every step into a
+everything else a resumed run needs to continue exactly: the data iterator position, the training
+seconds spent so far and the evaluation history (the RNG keys need no record: each step's key is
+derived from config.seed and the step). orbax writes every step into a
 temporary directory and renames it when complete, so a killed run never leaves a half checkpoint
 that restore would pick up.
 """
+import dataclasses
 import os
 
 import jax
 import orbax.checkpoint as ocp
 
 
-def make_manager(workdir: str, keep: int, asynchronous: bool = True) -> ocp.CheckpointManager:
-  """A manager over WORKDIR/checkpoints keeping the last `keep` steps.
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """`config.checkpoint`: save every `every_steps` (and at the end), keep the last `keep`, in the
+  background when `asynchronous` (V-MoE: every 1000 steps, keep 1, asynchronous)."""
+  every_steps: int
+  keep: int = 1
+  asynchronous: bool = True
 
-  asynchronous: save in a background thread while training goes on (config.checkpoint
-  .asynchronous, on in every config). A stalled async save seen once on this CPU matches a
-  tf.data stall found later: an iterator's destructor holding the GIL for tens of seconds
-  (data/pipeline.py PARALLEL_CALLS), which freezes the save's thread with every other one.
+  def __post_init__(self):
+    if self.every_steps < 1 or self.keep < 1:
+      raise ValueError(f'checkpoint.every_steps={self.every_steps} and checkpoint.keep='
+                       f'{self.keep} must be >= 1.')
+
+
+def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManager:
+  """A manager over WORKDIR/checkpoints keeping the last `config.keep` steps.
+
+  config.asynchronous: save in a background thread while training goes on (on in every config).
+  That thread needs the GIL like any other, so anything holding it for long stalls the save too:
+  one reason data/pipeline.py keeps tf.data's autotuning off (PARALLEL_CALLS).
   """
-  if keep < 1:
-    raise ValueError(f'checkpoint.keep must be >= 1, got {keep}.')
-  options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                         enable_async_checkpointing=asynchronous)
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.keep, create=True,
+                                         enable_async_checkpointing=config.asynchronous)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
                                options=options, item_names=('state', 'record'))
 

@@ -14,14 +14,15 @@ B/32 are ~2e6 FLOPs per group, 0.02% of the forward), but sorting is not arithme
 sparsity-constrained router's extra cost shows in wall-clock time, not here.
 
 Two kinds: 'forward' is `model.apply(..., train=False)`; 'train' is `jax.value_and_grad` of the
-training loss (classification loss of config.loss + the MoE auxiliary loss, router noise on),
-i.e. forward + backward without the optimizer update (a few FLOPs per parameter). Both are divided
-by the batch, which is one routing group (config.moe.group_size images; 1 for a dense model):
+training loss (the classification loss `loss` + the MoE auxiliary loss, router noise on), i.e.
+forward + backward without the optimizer update (a few FLOPs per parameter). Both are divided by
+the batch, which is one routing group (moe.group_size images; 1 for a dense model):
 routing cost is per group, so the per-image figure does not depend on the batch size.
 """
 import jax
 import jax.numpy as jnp
 
+from vmoe import moe as moe_lib
 from vmoe import train_step
 from vmoe import vit
 
@@ -34,8 +35,8 @@ def compiled_flops(compiled) -> float:
   return float(analysis['flops'])
 
 
-def _batch_size(config) -> int:
-  return config.moe.group_size if config.moe.num_experts > 0 else 1
+def _batch_size(moe: moe_lib.MoeConfig) -> int:
+  return moe.group_size if moe.num_experts > 0 else 1
 
 
 def _forward(model):
@@ -44,37 +45,33 @@ def _forward(model):
   return forward
 
 
-def _train(model, config):
+def _train(model, loss_kind: str):
   def loss_and_grad(params, images, labels, rng):
-    dropout_rng, gating_rng = jax.random.split(rng)
-
-    def loss_fn(p):
-      logits, aux = model.apply({'params': p}, images, train=True,
-                                rngs={'dropout': dropout_rng, 'gating': gating_rng})
-      return train_step.classification_loss(logits, labels, config.loss) + aux['aux_loss']
-
-    return jax.value_and_grad(loss_fn)(params)
+    loss_fn = lambda p: train_step.training_loss(model, p, images, labels, rng, loss_kind)
+    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return loss, grads   # The aux outputs are dropped, so XLA counts no work for them.
   return loss_and_grad
 
 
 KINDS = ('forward', 'train')
 
 
-def flops_per_image(config, kind: str = 'forward') -> float:
-  """FLOPs per image of the config's model: kind 'forward' (inference) or 'train' (fwd + bwd).
+def flops_per_image(model_config: vit.ModelConfig, moe: moe_lib.MoeConfig, loss: str,
+                    kind: str = 'forward') -> float:
+  """FLOPs per image of a model: kind 'forward' (inference) or 'train' (fwd + bwd of `loss`).
 
   Nothing is allocated: parameters and inputs are abstract (jax.eval_shape); only compilation runs.
   """
   if kind not in KINDS:
     raise ValueError(f'unknown FLOPs kind {kind!r}; valid: {", ".join(KINDS)}.')
-  model = vit.build_model(config)
-  batch = _batch_size(config)
-  images = jax.ShapeDtypeStruct((batch,) + vit.image_shape(config), jnp.float32)
+  model = vit.build_model(model_config, moe)
+  batch = _batch_size(moe)
+  images = jax.ShapeDtypeStruct((batch,) + model_config.image_shape, jnp.float32)
   rng = jax.random.PRNGKey(0)
   params = jax.eval_shape(lambda r, x: model.init(r, x, train=False)['params'], rng, images)
   if kind == 'forward':
     lowered = jax.jit(_forward(model)).lower(params, images)
   else:
-    labels = jax.ShapeDtypeStruct((batch, config.model.num_classes), jnp.float32)
-    lowered = jax.jit(_train(model, config)).lower(params, images, labels, rng)
+    labels = jax.ShapeDtypeStruct((batch, model_config.num_classes), jnp.float32)
+    lowered = jax.jit(_train(model, loss)).lower(params, images, labels, rng)
   return compiled_flops(lowered.compile()) / batch

@@ -17,8 +17,12 @@ def mu7(router='softmax_ec', c=1.0, num_experts=8):
   return make_config('mu/7', router, num_experts=num_experts, c=c, image_size=28, group_size=16)
 
 
+def per_image(config, kind='forward'):
+  return flops.flops_per_image(config.model, config.moe, config.loss, kind)
+
+
 def test_dense_forward_is_the_matmul_count_plus_elementwise():
-  forward = flops.flops_per_image(mu7(num_experts=0))
+  forward = per_image(mu7(num_experts=0))
   # XLA adds the elementwise work (LayerNorm, softmax, GELU, biases, residuals): a few percent.
   assert MU7_MATMUL_FLOPS <= forward <= 1.2 * MU7_MATMUL_FLOPS
 
@@ -27,19 +31,19 @@ def test_capacity_two_adds_one_tokens_worth_of_expert_mlp():
   # Block 1 is an MoE layer; a group is 16 images x 17 tokens = 272 tokens, E = 8: C = 34 slots per
   # expert at c=1 and 68 at c=2. c=2 adds 8 * 34 = 272 slots per group = 17 per image, each through
   # an expert MLP of 2 * 2 * 32 * 128 = 16,384 FLOPs: 278,528 FLOPs per image.
-  extra = flops.flops_per_image(mu7(c=2.0)) - flops.flops_per_image(mu7(c=1.0))
+  extra = per_image(mu7(c=2.0)) - per_image(mu7(c=1.0))
   assert 278_528 <= extra <= 1.15 * 278_528
 
 
 def test_training_costs_about_three_forwards():
   config = mu7('sinkhorn_tc')
-  ratio = flops.flops_per_image(config, 'train') / flops.flops_per_image(config)
+  ratio = per_image(config, 'train') / per_image(config)
   assert 2.5 <= ratio <= 3.5    # Backward = two matmuls per forward matmul.
 
 
 def test_unknown_kind_fails():
   with pytest.raises(ValueError, match="unknown FLOPs kind 'backward'; valid: forward, train"):
-    flops.flops_per_image(mu7(), 'backward')
+    per_image(mu7(), 'backward')
 
 
 def test_compiled_flops_counts_two_per_multiply_add():

@@ -11,13 +11,15 @@ built. Soft MoE, and the `dispatch='einsum'` reference path, contract the dense 
 Buffers are laid out expert-major (E, G, C, D) so that the experts run as one batched matmul and
 an expert-sharded mesh moves tokens with a single all-to-all.
 """
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vmoe import sharding
 from vmoe.routing import allocation
-from vmoe.routing import router as routing
+from vmoe.routing import router as router_lib
 
 
 def dispatch_by_index(x: jax.Array, slot_token: jax.Array) -> jax.Array:
@@ -55,7 +57,7 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
   expert_load[e] is the fraction of expert e's C buffer slots that hold a token (Soft MoE slots
   always hold a full convex combination of tokens, so its load is 1).
   """
-  if isinstance(route, routing.SparseRouting):
+  if isinstance(route, router_lib.SparseRouting):
     num_groups = route.slot_token.shape[0]
     group = jnp.arange(num_groups)[:, None, None]
     count = jnp.zeros((num_groups, num_tokens), jnp.int32).at[group, route.slot_token].add(
@@ -75,6 +77,54 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
 
 
 EXPERT_INITS = ('shared', 'independent')
+DISPATCHES = ('indices', 'einsum')
+# The paper's capacities ("Models" subsection): c (or k) in {1, 2}.
+CAPACITIES = (1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeConfig:
+  """`config.moe`: which blocks are MoE layers, their experts, routing groups and router.
+
+  num_experts = 0 makes a dense model (router None; `config.moe.router` is then ignored).
+  every: Every-`every` placement (the paper's Every-2); group_size: images per routing group
+  (Soft MoE routes each image alone); dispatch: 'indices' (gather/scatter) or 'einsum' (the dense
+  reference path); expert_init: see Experts. The router's capacity factor must be one of the
+  paper's CAPACITIES. configs/common.py builds `config.moe` from this class.
+  """
+  num_experts: int
+  group_size: int
+  router: router_lib.RouterConfig | None
+  every: int = 2
+  dispatch: str = 'indices'
+  expert_init: str = 'shared'
+
+  def __post_init__(self):
+    if self.num_experts < 0:
+      raise ValueError(f'moe.num_experts must be >= 0 (0: a dense model), got {self.num_experts}.')
+    if self.dispatch not in DISPATCHES:
+      raise ValueError(f'unknown moe.dispatch {self.dispatch!r}; valid: {", ".join(DISPATCHES)}.')
+    if self.expert_init not in EXPERT_INITS:
+      raise ValueError(f'unknown moe.expert_init {self.expert_init!r}; valid: '
+                       f'{", ".join(EXPERT_INITS)}.')
+    if self.num_experts == 0:
+      return
+    if self.router is None:
+      raise ValueError('an MoE model (moe.num_experts > 0) needs moe.router.')
+    if self.router.capacity_factor not in CAPACITIES:
+      raise ValueError(f'capacity factor c={self.router.capacity_factor:g} is not one of the '
+                       f'paper\'s {CAPACITIES}; use the config argument c=1 or c=2 '
+                       '(moe.router.capacity_factor).')
+    self.router.check_num_experts(self.num_experts)
+    if self.every < 1:
+      raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {self.every}.')
+    if self.group_size < 1:
+      raise ValueError(f'moe.group_size must be >= 1 image, got {self.group_size}.')
+
+  @property
+  def images_per_group(self) -> int:
+    """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
+    return 1 if self.router.spec.allocation == router_lib.SOFT else self.group_size
 
 
 def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
@@ -135,11 +185,11 @@ class MoeMlp(nn.Module):
   Sparse routers route groups of `group_size` images (S = group_size * N tokens); Soft MoE routes
   every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
   losses, to add to the training loss), the router health of `routing_metrics`, and the
-  sparsity-constrained solver's health when it runs (routing.Router).
+  sparsity-constrained solver's health when it runs (router_lib.Router).
   """
   num_experts: int
   mlp_dim: int
-  router: routing.RouterConfig
+  router: router_lib.RouterConfig
   group_size: int
   dispatch: str = 'indices'      # 'indices' (gather/scatter) or 'einsum' (dense reference path).
   dropout_rate: float = 0.0
@@ -147,27 +197,27 @@ class MoeMlp(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
-    if self.dispatch not in ('indices', 'einsum'):
-      raise ValueError(f"dispatch must be 'indices' or 'einsum', got {self.dispatch!r}.")
+    if self.dispatch not in DISPATCHES:
+      raise ValueError(f'unknown moe.dispatch {self.dispatch!r}; valid: {", ".join(DISPATCHES)}.')
     batch, tokens_per_image, dim = x.shape
-    images_per_group = 1 if self.router.spec.allocation == 'soft' else self.group_size
+    images_per_group = 1 if self.router.spec.allocation == router_lib.SOFT else self.group_size
     if images_per_group < 1 or batch % images_per_group:
       raise ValueError(f'the MoE group size ({images_per_group} images) must divide the batch of '
                        f'{batch} images per device; change moe.group_size or the batch size.')
     groups = x.reshape(batch // images_per_group, images_per_group * tokens_per_image, dim)
     num_tokens = groups.shape[1]
 
-    route, router_metrics = routing.Router(self.router, self.num_experts, name='router')(
+    route, router_metrics = router_lib.Router(self.router, self.num_experts, name='router')(
         groups, train=train)
     experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, self.expert_init,
                       name='experts')
-    if isinstance(route, routing.SparseRouting) and self.dispatch == 'indices':
+    if isinstance(route, router_lib.SparseRouting) and self.dispatch == 'indices':
       outputs = experts(dispatch_by_index(groups, route.slot_token), train=train)
       y = combine_by_index(outputs, route.slot_token, route.slot_weight, num_tokens)
     else:
       dense = route
-      if isinstance(route, routing.SparseRouting):
-        dense = routing.DenseRouting(*jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
+      if isinstance(route, router_lib.SparseRouting):
+        dense = router_lib.DenseRouting(*jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
             route.slot_token, route.slot_weight, num_tokens))
       # The (G, S, E, C) tensors stay with their groups; unconstrained, the partitioner splits
       # them over E and the backward pass all-gathers every image's tokens (Soft MoE, B/32).

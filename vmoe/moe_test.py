@@ -8,7 +8,7 @@ import pytest
 from vmoe import moe
 from vmoe.routing import affinity
 from vmoe.routing import allocation
-from vmoe.routing import router as routing
+from vmoe.routing import router as router_lib
 from vmoe.routing import soft
 
 NUM_EXPERTS, MLP_DIM, GROUP_SIZE = 4, 32, 2
@@ -16,18 +16,15 @@ X = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))          # 4 images of 
 
 
 def dense_routing_tensors(params, group, config):
-  """The paper's (D, C) for one group through the public dense API (not the layer's code path)."""
+  """The paper's (D, C) for one group through the dense allocation API (not the layer's index
+  path); the affinity is the registry's, which the router tests check on their own."""
   spec = config.spec
-  if spec.allocation == 'soft':
+  if spec.allocation == router_lib.SOFT:
     return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
   capacity = config.capacity(group.shape[0], NUM_EXPERTS)
   logits = group @ params['router']['kernel']
   probs = affinity.softmax(logits)
-  scores = {'softmax': probs,
-            'sinkhorn': affinity.sinkhorn(logits, num_iters=config.sinkhorn_iters),
-            'sparsity_constrained': affinity.sparsity_constrained(
-                probs, capacity, num_steps=config.sparsity_steps,
-                warm_start_iters=config.sparsity_warm_start)}[spec.affinity]
+  scores, _ = router_lib.AFFINITIES[spec.affinity](logits, probs, capacity, config)
   combine_scores = probs if config.softmax_combine else scores
   if spec.allocation == 'token_choice':
     return allocation.token_choice(scores, capacity, int(config.capacity_factor), combine_scores)
@@ -38,7 +35,7 @@ def reference_moe(variables, x, config):
   """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
   params = variables['params']
   experts = params['experts']
-  images_per_group = 1 if config.spec.allocation == 'soft' else GROUP_SIZE
+  images_per_group = 1 if config.spec.allocation == router_lib.SOFT else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
   outputs = []
   for group in groups:
@@ -56,13 +53,13 @@ def make_layer(config, dispatch='indices'):
   return moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
 
 
-ROUTER_CASES = [(name, c) for name in sorted(routing.ROUTERS) for c in (1, 2)] + [
+ROUTER_CASES = [(name, c) for name in sorted(router_lib.ROUTERS) for c in (1, 2)] + [
     ('sinkhorn_tc_no_softmax_combine', 1), ('sparsity_ec_no_softmax_combine', 2)]
 
 
 def router_config(case, capacity_factor):
   name = case.replace('_no_softmax_combine', '')
-  return routing.RouterConfig(name=name, capacity_factor=capacity_factor,
+  return router_lib.RouterConfig(name=name, capacity_factor=capacity_factor,
                               softmax_combine=not case.endswith('_no_softmax_combine'))
 
 
@@ -92,7 +89,7 @@ def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_facto
 
 @pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_ec'])
 def test_index_and_einsum_paths_agree_in_training_with_noise(name):
-  config = routing.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
+  config = router_lib.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
   rngs = {'gating': jax.random.PRNGKey(3)}
   variables = make_layer(config).init(jax.random.PRNGKey(1), X)
   by_index = make_layer(config).apply(variables, X, train=True, rngs=rngs)[0]
@@ -102,7 +99,7 @@ def test_index_and_einsum_paths_agree_in_training_with_noise(name):
 
 def test_metrics_of_expert_choice_token_choice_and_soft_moe():
   def metrics(name, capacity_factor):
-    layer = make_layer(routing.RouterConfig(name=name, capacity_factor=capacity_factor))
+    layer = make_layer(router_lib.RouterConfig(name=name, capacity_factor=capacity_factor))
     return layer.apply(layer.init(jax.random.PRNGKey(1), X), X)[1]
   ec = metrics('softmax_ec', 1)
   # S = 16 tokens, E = 4, C = 4: the 16 slots are all filled, so 1 expert per token on average.
@@ -123,7 +120,7 @@ def test_metrics_of_expert_choice_token_choice_and_soft_moe():
 
 
 def test_evaluation_is_deterministic():
-  config = routing.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
+  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
   layer = make_layer(config)
   variables = layer.init(jax.random.PRNGKey(1), X)
   a = layer.apply(variables, X, rngs={'gating': jax.random.PRNGKey(0)})[0]
@@ -132,7 +129,7 @@ def test_evaluation_is_deterministic():
 
 
 def test_group_size_must_divide_the_batch():
-  layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, routing.RouterConfig('softmax_ec', 1), group_size=3)
+  layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, router_lib.RouterConfig('softmax_ec', 1), group_size=3)
   with pytest.raises(ValueError, match=r'group size \(3 images\) must divide the batch of 4'):
     layer.init(jax.random.PRNGKey(0), X)
 

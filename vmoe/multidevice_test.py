@@ -29,21 +29,19 @@ import subprocess
 import sys
 
 import jax
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
+from base import atomic
+from configs import experiment as experiment_parser
 from configs import tiny
-from vmoe import atomic
-from vmoe import optim
+from vmoe import setup as setup_lib
 from vmoe import sharding
-from vmoe import train_step as train_lib
-from vmoe import trainer
-from vmoe import vit
+from vmoe.routing import router as router_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+ROUTERS = router_lib.PAPER_ROUTERS
 NUM_DEVICES, EXPERT_AXIS, GROUP_SIZE, STEPS = 8, 4, 2, 2
 # 8 CPU devices, on top of the session's fast-compile flags (conftest.py); both sides of every
 # comparison run with the same flags.
@@ -68,7 +66,7 @@ UPDATE_ULPS = 8
 ADAM_EPS = 1e-8   # optax.adamw's default eps, which optim.make_optimizer keeps.
 
 
-def small_config(router: str):
+def small_experiment(router: str):
   """configs/tiny.py with the mu/7 model, 2-image groups, 16 images and no warm-up."""
   config = tiny.get_config(f'router={router}')
   config.model.variant = 'mu/7'
@@ -77,7 +75,7 @@ def small_config(router: str):
   config.schedule.warmup_steps = 0      # A non-zero learning rate from the first step.
   config.num_train_steps = 10
   config.mesh.expert = EXPERT_AXIS
-  return config
+  return experiment_parser.parse(config, num_devices=NUM_DEVICES)
 
 
 def collectives(hlo_text: str) -> dict:
@@ -91,19 +89,14 @@ def collectives(hlo_text: str) -> dict:
   return found
 
 
-def compile_step(config, mesh, state, batch: dict):
-  """The trainer's step of `config` compiled for `mesh`: run(state, batch, rng) -> (state,
+def compile_step(setup: setup_lib.Setup):
+  """The trainer's step of a setup compiled for its mesh: run(state, batch, rng) -> (state,
   metrics) on host trees, and the compiled executable."""
-  model = vit.build_model(config)
-  tx, _ = optim.make_optimizer(config)
-  state_shardings = sharding.tree_shardings(state, mesh)
-  batch_sharding = sharding.batch_sharding(mesh)
-  compiled = trainer.build_step(config, model, tx, mesh, state_shardings).lower(
-      state, batch, jax.random.PRNGKey(0)).compile()
+  compiled = setup.compile()
 
   def run(state, batch, rng):
-    state = jax.device_put(state, state_shardings)     # Fresh buffers: the step donates them.
-    new_state, metrics = compiled(state, sharding.put_batch(batch, batch_sharding), rng)
+    state = jax.device_put(state, setup.state_shardings)   # Fresh buffers: the step donates them.
+    new_state, metrics = compiled(state, sharding.put_batch(batch, setup.batch_sharding), rng)
     return jax.device_get(new_state), jax.device_get(metrics)
 
   return run, compiled
@@ -129,7 +122,7 @@ def adam_direction(state, b1: float, b2: float, eps: float) -> dict:
   return {k: (mu[k] / (1 - b1**count)) / (np.sqrt(nu[k] / (1 - b2**count)) + eps) for k in mu}
 
 
-def step_differences(config, lr: float, start, state_1, state_8) -> dict:
+def step_differences(experiment, lr: float, start, state_1, state_8) -> dict:
   """How the 8-device step from `start` differs from the 1-device one, leaf by leaf.
 
   - grad_diff, grad_scale: max |g_8 - g_1| and max |g_1|. Each side's gradient (after clipping)
@@ -138,7 +131,7 @@ def step_differences(config, lr: float, start, state_1, state_8) -> dict:
     its float32 rounding bound (see test_expert_sharded_step_equals_the_single_device_step).
   """
   # The step multiplies by b1 and b2 as float32 constants; the reference uses the same values.
-  b1, b2 = (float(np.float32(b)) for b in (config.optimizer.b1, config.optimizer.b2))
+  b1, b2 = (float(np.float32(b)) for b in (experiment.optimizer.b1, experiment.optimizer.b2))
   mu = [leaves(adam_state(s.opt_state).mu) for s in (start, state_1, state_8)]
   grad_1, grad_8 = ({k: (m[k] - b1 * mu[0][k]) / (1 - b1) for k in m} for m in mu[1:])
   p0, p1, p8 = leaves(start.params), leaves(state_1.params), leaves(state_8.params)
@@ -170,26 +163,25 @@ def compare(router: str) -> dict:
   Every step starts both meshes from the same state (the 1-device state of the step before), so
   each comparison measures one step's rounding and differences do not compound.
   """
-  config = small_config(router)
-  model = vit.build_model(config)
-  tx, schedule = optim.make_optimizer(config)
+  experiment = small_experiment(router)
+  setup_1 = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+                                                           jax.devices()[:1]))
+  setup_8 = setup_lib.build(experiment)      # experiment.mesh: data=2 x expert=4.
   rng = np.random.default_rng(0)
-  shape = (config.batch_size,) + vit.image_shape(config)
+  shape = (experiment.batch_size,) + experiment.model.image_shape
   batch = {'image': rng.uniform(-1, 1, shape).astype(np.float32),
-           'labels': np.eye(10, dtype=np.float32)[rng.integers(0, 10, config.batch_size)]}
-  state = jax.device_get(jax.jit(train_lib.init_fn(model, tx, shape))(jax.random.PRNGKey(0)))
-  mesh_1 = sharding.make_mesh(ml_collections.ConfigDict({'data': 1, 'expert': 1}),
-                              jax.devices()[:1])
-  mesh_8 = sharding.make_mesh(config.mesh)
-  step_1, compiled_1 = compile_step(config, mesh_1, state, batch)
-  step_8, compiled_8 = compile_step(config, mesh_8, state, batch)
+           'labels': np.eye(10, dtype=np.float32)[rng.integers(0, 10, experiment.batch_size)]}
+  state = jax.device_get(jax.jit(setup_1.init)(jax.random.PRNGKey(0)))
+  step_1, compiled_1 = compile_step(setup_1)
+  step_8, compiled_8 = compile_step(setup_8)
+  schedule, mesh_8 = setup_1.schedule, setup_8.mesh
   found = {'router': router, 'mesh': dict(mesh_8.shape), 'loss_1': [], 'loss_8': [], 'steps': []}
   for i in range(STEPS):
     state_1, metrics_1 = step_1(state, batch, jax.random.PRNGKey(i))
     state_8, metrics_8 = step_8(state, batch, jax.random.PRNGKey(i))
     found['loss_1'].append(float(metrics_1['loss']))
     found['loss_8'].append(float(metrics_8['loss']))
-    found['steps'].append(step_differences(config, float(schedule(i)), state, state_1, state_8))
+    found['steps'].append(step_differences(experiment, float(schedule(i)), state, state_1, state_8))
     state = state_1
   wi = state_8.params['block_01']['moe']['experts']['wi']
   wi_sharding = compiled_8.output_shardings[0].params['block_01']['moe']['experts']['wi']

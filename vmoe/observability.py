@@ -80,11 +80,11 @@ class WandbWriter(ScalarWriter):
   The run id is derived from the workdir so that a resumed run continues the same wandb run.
   """
 
-  def __init__(self, workdir: str, config):
+  def __init__(self, workdir: str, config, hparams: dict):
     import wandb  # pylint: disable=g-import-not-at-top
     run_id = 'run-' + hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:12]
-    self._run = wandb.init(mode=config.wandb.mode, project=config.wandb.project, dir=workdir,
-                           id=run_id, resume='allow', config=config.to_dict())
+    self._run = wandb.init(mode=config.mode, project=config.project, dir=workdir,
+                           id=run_id, resume='allow', config=hparams)
 
   def write_scalars(self, step, scalars):
     self._run.log({k: _scalar(v) for k, v in scalars.items()}, step=int(step))
@@ -93,13 +93,14 @@ class WandbWriter(ScalarWriter):
     self._run.finish()
 
 
-def make_writer(workdir: str, config) -> metric_writers.MetricWriter:
-  """TensorBoard + logging (clu's default writer), JSON lines and wandb, on process 0."""
+def make_writer(workdir: str, config, hparams: dict) -> metric_writers.MetricWriter:
+  """TensorBoard + logging (clu's default writer), JSON lines and wandb (`config`, the run's
+  experiment.WandbConfig; recording `hparams`, its resolved config), on process 0."""
   if jax.process_index() > 0:
     return metric_writers.create_default_writer(just_logging=True)
   writers = [metric_writers.create_default_writer(workdir, asynchronous=False), JsonlWriter(workdir)]
-  if config.wandb.mode != 'disabled':
-    writers.append(WandbWriter(workdir, config))
+  if config.mode != 'disabled':
+    writers.append(WandbWriter(workdir, config, hparams))
   return metric_writers.MultiWriter(writers)
 
 

@@ -1,7 +1,7 @@
 """Tests of the JSON-lines metrics, their reader and the console progress line."""
-import ml_collections
 import numpy as np
 
+from vmoe import experiment
 from vmoe import observability
 
 
@@ -16,8 +16,8 @@ def test_jsonl_round_trip_keeps_the_last_record_per_step(tmp_path):
 
 
 def test_writer_with_wandb_disabled_writes_tensorboard_and_jsonl(tmp_path):
-  config = ml_collections.ConfigDict({'wandb': {'mode': 'disabled', 'project': 'p'}})
-  writer = observability.make_writer(str(tmp_path), config)
+  config = experiment.WandbConfig(mode='disabled', project='p')
+  writer = observability.make_writer(str(tmp_path), config, {})
   writer.write_scalars(3, {'loss': 0.5})
   writer.close()
   assert observability.read_metrics(str(tmp_path))[3]['loss'] == 0.5

@@ -1,6 +1,7 @@
 """Tests of the schedule and the optimizer."""
+import types
+
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -8,10 +9,18 @@ from vmoe import optim
 
 
 def config(**schedule):
-  return ml_collections.ConfigDict(dict(
+  return types.SimpleNamespace(
       num_train_steps=100,
-      schedule=dict(dict(peak_lr=1e-3, warmup_steps=10, end_lr=1e-5), **schedule),
-      optimizer=dict(b1=0.9, b2=0.999, weight_decay=0.1, grad_clip_norm=1.0)))
+      schedule=optim.ScheduleConfig(**dict(dict(peak_lr=1e-3, warmup_steps=10, end_lr=1e-5),
+                                           **schedule)),
+      optimizer=optim.OptimizerConfig(b1=0.9, b2=0.999, weight_decay=0.1, grad_clip_norm=1.0))
+
+
+def test_sections_check_their_values():
+  with pytest.raises(ValueError, match='optimizer.b1=1.5'):
+    optim.OptimizerConfig(weight_decay=0.1, b1=1.5)
+  with pytest.raises(ValueError, match='peak_lr > 0'):
+    optim.ScheduleConfig(peak_lr=0.0, warmup_steps=1)
 
 
 def test_schedule_warms_up_then_decays_linearly():
@@ -37,7 +46,8 @@ def test_weight_decay_only_on_kernels():
 
 
 def test_decay_is_decoupled_scaled_by_the_learning_rate_and_kernel_only():
-  tx, _ = optim.make_optimizer(config())
+  c = config()
+  tx, _ = optim.make_optimizer(c.optimizer, c.schedule, c.num_train_steps)
   params = {'kernel': jnp.ones(3), 'bias': jnp.ones(3)}
   state = tx.init(params)
   zero = {'kernel': jnp.zeros(3), 'bias': jnp.zeros(3)}

@@ -9,6 +9,7 @@ EXPERT_BUFFERS (E over 'expert', groups over 'data') and its output back to the 
 (`constrain`), and XLA's SPMD partitioner moves the tokens between the two layouts with an
 all-to-all over the 'expert' axis (checked in the compiled HLO by vmoe/multidevice_test.py).
 """
+import dataclasses
 import functools
 import os
 
@@ -24,7 +25,19 @@ BATCH = P(BATCH_AXES)                   # Images (B, ...) and routing groups (G,
 EXPERT_BUFFERS = P('expert', 'data')    # Expert buffers (E, G, C, D).
 
 
-def make_mesh(mesh_config, devices=None) -> Mesh:
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """`config.mesh`: devices along 'data' (-1: all that 'expert' leaves) and along 'expert'."""
+  data: int = -1
+  expert: int = 1
+
+  def __post_init__(self):
+    if self.expert < 1 or (self.data != -1 and self.data < 1):
+      raise ValueError(f'mesh.data={self.data} and mesh.expert={self.expert}: use mesh.expert >= 1 '
+                       'and mesh.data >= 1, or -1 for all remaining devices.')
+
+
+def make_mesh(mesh_config: MeshConfig, devices=None) -> Mesh:
   """Mesh of shape (data, expert) from `config.mesh`; data=-1 takes all remaining devices."""
   devices = np.asarray(jax.devices() if devices is None else devices)
   expert = mesh_config.expert
@@ -104,14 +117,6 @@ def batch_shards(mesh: Mesh) -> int:
 def put_batch(batch: dict, sharding: NamedSharding) -> dict:
   """Assembles a global batch from this process's local numpy batch."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
-
-
-def local_batch_size(global_batch_size: int) -> int:
-  """Images this process feeds per step; the global batch must split evenly over processes."""
-  if global_batch_size % jax.process_count():
-    raise ValueError(f'batch_size={global_batch_size} must be divisible by the '
-                     f'{jax.process_count()} processes.')
-  return global_batch_size // jax.process_count()
 
 
 def cluster() -> str | None:

@@ -5,7 +5,6 @@ are in launch/distributed_test.py.
 """
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -14,7 +13,7 @@ from vmoe import sharding
 
 
 def mesh_config(data=-1, expert=1):
-  return ml_collections.ConfigDict(dict(data=data, expert=expert))
+  return sharding.MeshConfig(data=data, expert=expert)
 
 
 def test_mesh_on_one_device():

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from evaluation import classify
+from vmoe import losses
 from vmoe import sharding
 
 StepFn = Callable[[Any, dict, jax.Array], tuple[Any, dict]]
@@ -32,10 +32,15 @@ def init_fn(model: nn.Module, tx: optax.GradientTransformation, image_shape: tup
   return init
 
 
-def classification_loss(logits: jax.Array, labels: jax.Array, kind: str) -> jax.Array:
-  """Batch mean of the per-example loss `kind` ('sigmoid_xent' for multi-label sources such as JFT
-  and ImageNet-21k, as V-MoE; 'softmax_xent'): the evaluator's own definitions."""
-  return jnp.mean(classify.get_loss(kind)(logits, labels))
+def training_loss(model: nn.Module, params, images: jax.Array, labels: jax.Array, rng: jax.Array,
+                  loss_kind: str):
+  """(classification loss + the MoE auxiliary loss, (classification loss, model aux)) of one
+  batch in training mode: dropout and router noise on, drawn from `rng`."""
+  dropout_rng, gating_rng = jax.random.split(rng)
+  logits, aux = model.apply({'params': params}, images, train=True,
+                            rngs={'dropout': dropout_rng, 'gating': gating_rng})
+  xent = losses.classification_loss(logits, labels, loss_kind)
+  return xent + aux['aux_loss'], (xent, aux)
 
 
 def router_summary(router_metrics: dict) -> dict:
@@ -58,14 +63,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, loss_kin
   """Returns the pure step. rng is this step's key (the driver folds the step into the seed)."""
 
   def train_step(state: TrainState, batch: dict, rng: jax.Array):
-    dropout_rng, gating_rng = jax.random.split(rng)
-
-    def loss_fn(params):
-      logits, aux = model.apply({'params': params}, batch['image'], train=True,
-                                rngs={'dropout': dropout_rng, 'gating': gating_rng})
-      xent = classification_loss(logits, batch['labels'], loss_kind)
-      return xent + aux['aux_loss'], (xent, aux)
-
+    loss_fn = lambda params: training_loss(model, params, batch['image'], batch['labels'], rng,
+                                           loss_kind)
     (loss, (xent, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)

@@ -10,10 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import experiment
 from configs import tiny
 from data import sources
-from vmoe import evaluators
+from vmoe import train_evals
 from vmoe import observability
+from vmoe import run_protocol
 from vmoe import train_step as train_lib
 from vmoe import trainer
 
@@ -29,6 +31,7 @@ SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_eve
 
 
 def short_config(router='softmax_ec', **overrides):
+  """The short run's experiment record (configs/tiny.py with SHORT's overrides)."""
   config = tiny.get_config(f'router={router}')
   for key, value in {**SHORT[1], **overrides}.items():
     node = config
@@ -37,7 +40,7 @@ def short_config(router='softmax_ec', **overrides):
       node = node[parent]
     node[leaf] = value
   config.fewshot.datasets = {'digits': ('train', 'test')}
-  return config
+  return experiment.parse(config)
 
 
 def flags(overrides: dict) -> list[str]:
@@ -49,22 +52,26 @@ def losses(workdir: str) -> dict:
 
 
 def test_short_run_learns_and_writes_its_summary(tmp_path):
-  summary = trainer.train_and_evaluate(short_config(), str(tmp_path), 'configs/tiny.py',
-                                       'router=softmax_ec')
+  summary = trainer.train_and_evaluate(short_config(), str(tmp_path), 'configs/tiny.py')
   curve = losses(str(tmp_path))
   assert sorted(curve) == list(range(1, 41))
   assert np.mean([curve[s] for s in range(31, 41)]) < 0.9 * np.mean([curve[s] for s in range(1, 6)])
   with open(tmp_path / 'summary.json', encoding='utf-8') as f:
-    assert json.load(f) == json.loads(json.dumps(summary))
-  assert summary['steps'] == 40 and summary['router'] == 'softmax_ec'
-  assert summary['capacity'] == 1.0 and summary['arch'] == 'XS/7'
-  assert 0.1 < summary['upstream_prec1'] <= 1.0
-  assert set(summary['fewshot']) == {'digits'} and 0.1 < summary['fewshot']['digits']['10'] <= 1
-  assert summary['num_params'] > 0 and summary['flops_per_step'] > 0
-  assert summary['train_device_seconds'] > 0 and summary['device_kind']
-  assert [h['step'] for h in summary['eval_history']] == [20, 40]
+    written = json.load(f)
+  assert written == json.loads(json.dumps(summary.to_dict()))
+  assert run_protocol.RunSummary.from_dict(written) == summary    # Read through the same record.
+  assert summary.steps == 40 and summary.router == 'softmax_ec'
+  assert summary.capacity == 1.0 and summary.arch == 'XS/7'
+  assert summary.config == 'configs/tiny.py'
+  assert summary.config_arg == 'router=softmax_ec,c=1,runlocal=False'
+  assert summary.resolved_config == short_config().to_dict()
+  assert 0.1 < summary.upstream_prec1 <= 1.0
+  assert set(summary.fewshot) == {'digits'} and 0.1 < summary.fewshot['digits']['10'] <= 1
+  assert summary.num_params > 0 and summary.flops_per_step > 0
+  assert summary.train_device_seconds > 0 and summary.device_kind
+  assert [h['step'] for h in summary.eval_history] == [20, 40]
   # Expert choice: every expert's buffer is full.
-  assert summary['router_metrics']['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
+  assert summary.router_metrics['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
 
 
 def test_a_different_config_in_the_same_workdir_is_refused(tmp_path):
@@ -116,7 +123,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_p
   # core's work): XLA's results do not depend on what else the machine runs. The data sets are
   # prepared first, so that the two processes do not race to prepare them.
   sources.check_available(short_config().data)
-  evaluators.check_available(short_config())
+  train_evals.check_available(short_config().data, short_config().fewshot)
   logs = {name: tmp_path / f'{name}.log' for name in ('killed', 'whole')}
   with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
        open(logs['killed'], 'w', encoding='utf-8') as killed_log:   # Pipes could fill up.
@@ -150,7 +157,7 @@ def test_ctrl_c_saves_a_checkpoint_where_the_run_stands_and_exits_130(tmp_path):
   run.send_signal(signal.SIGINT)
   output = run.communicate(timeout=300)[0]
   saved = [int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit()]
-  assert run.returncode == 130, output[-3000:]
+  assert run.returncode == run_protocol.INTERRUPTED == 130, output[-3000:]
   # keep=1: the interrupt checkpoint replaced step 20's; it is the last step trained.
   assert len(saved) == 1 and saved[0] == max(losses(str(tmp_path))) >= 20
   assert f'Interrupted at step {saved[0]}: checkpoint saved' in output
@@ -161,7 +168,7 @@ def test_bad_flags_fail_before_training_with_a_clear_message(tmp_path):
   result = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py:router=softmax',
                            f'--workdir={tmp_path / "a"}'], cwd=REPO, capture_output=True, text=True)
   assert result.returncode != 0
-  assert "unknown router moe.router.name='softmax'" in result.stderr and 'sinkhorn_ec' in result.stderr
+  assert "unknown router 'softmax'" in result.stderr and 'sinkhorn_ec' in result.stderr
   typo = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py',
                          f'--workdir={tmp_path / "b"}', '--config.num_train_step=5'],
                         cwd=REPO, capture_output=True, text=True)

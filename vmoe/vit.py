@@ -11,7 +11,7 @@ pre-logits layer (Dense + tanh) -> linear head.
 LayerNorm, 'pre_logits': (B, R) the few-shot representation, 'aux_loss': sum of the MoE layers'
 weighted balance losses, 'router': {'block_01': metrics of that MoE layer, ...}}.
 
-A model is dense when `moe` is None (built from configs with moe.num_experts = 0).
+A model is dense when `moe` is None (`build_model` with moe.num_experts = 0).
 """
 import dataclasses
 import re
@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 
 from vmoe import moe as moe_lib
-from vmoe.routing import router as routing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +79,58 @@ def block_name(index: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class MoeSettings:
-  """What makes blocks `layers` MoE layers (see moe.MoeMlp for the other fields)."""
-  layers: tuple[int, ...]
-  num_experts: int
-  group_size: int
-  router: routing.RouterConfig
-  dispatch: str
-  expert_init: str = 'shared'
+class ModelConfig:
+  """`config.model`: a ViT variant ('B/32') at an image size, with its head and pooling.
+
+  patch_size overrides the variant's patch (None: take it from the variant). The defaults are
+  V-MoE's (no dropout, no pre-logits layer, class-token pooling); configs/common.py builds
+  `config.model` from this class.
+  """
+  variant: str
+  num_classes: int
+  image_size: int
+  channels: int
+  head_bias_init: float
+  patch_size: int | None = None
+  dropout_rate: float = 0.0
+  representation_size: int | None = None
+  pool: str = 'tok'
+
+  def __post_init__(self):
+    if self.patch is None:   # decode_variant fails first on an unknown variant.
+      raise ValueError(f'model.variant={self.variant!r} names no patch size; set '
+                       'model.patch_size or use SIZE/PATCH (e.g. B/32).')
+    if self.patch < 1 or self.image_size % self.patch:
+      raise ValueError(f'patch size {self.patch} does not divide model.image_size='
+                       f'{self.image_size}; change model.patch_size (or the variant\'s /PATCH) '
+                       'or model.image_size.')
+    if self.pool not in POOLS:
+      raise ValueError(f'unknown model.pool {self.pool!r}; valid: {", ".join(POOLS)}.')
+    if self.num_classes < 1 or self.channels < 1:
+      raise ValueError(f'model.num_classes={self.num_classes} and model.channels={self.channels} '
+                       'must be >= 1.')
+    if not 0 <= self.dropout_rate < 1:
+      raise ValueError(f'model.dropout_rate must be in [0, 1), got {self.dropout_rate}.')
+
+  @property
+  def size(self) -> Size:
+    """Width, depth, MLP dim and heads of the variant."""
+    return SIZES[_VARIANT.match(self.variant)['size']]
+
+  @property
+  def patch(self) -> int | None:
+    """The patch size: model.patch_size, else the variant's."""
+    return self.patch_size or decode_variant(self.variant)['patch_size']
+
+  @property
+  def image_shape(self) -> tuple[int, int, int]:
+    """(H, W, C) of one input image."""
+    return (self.image_size, self.image_size, self.channels)
+
+  @property
+  def tokens_per_image(self) -> int:
+    """Patches of one image, plus the class token when pool = 'tok'."""
+    return (self.image_size // self.patch) ** 2 + (self.pool == 'tok')
 
 
 class MlpBlock(nn.Module):
@@ -114,7 +157,7 @@ class EncoderBlock(nn.Module):
   num_heads: int
   mlp_dim: int
   dropout_rate: float = 0.0
-  moe: MoeSettings | None = None
+  moe: moe_lib.MoeConfig | None = None
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool):
@@ -146,7 +189,7 @@ class VisionTransformer(nn.Module):
   representation_size: int | None = None
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
-  moe: MoeSettings | None = None
+  moe: moe_lib.MoeConfig | None = None   # None: a dense model.
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool = False):
@@ -167,7 +210,7 @@ class VisionTransformer(nn.Module):
                         (1,) + x.shape[1:])
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb)
 
-    moe_layers = () if self.moe is None else self.moe.layers
+    moe_layers = () if self.moe is None else moe_layer_indices(self.depth, self.moe.every)
     router_metrics, aux_loss = {}, jnp.zeros((), jnp.float32)
     for i in range(self.depth):
       name = block_name(i)
@@ -193,31 +236,15 @@ class VisionTransformer(nn.Module):
     return logits, aux
 
 
-def image_shape(config) -> tuple[int, int, int]:
-  """(H, W, C) of one input image: model.image_size squared, model.channels channels."""
-  return (config.model.image_size, config.model.image_size, config.model.channels)
-
-
-def build_model(config) -> VisionTransformer:
-  """The model of a config (`config.model`, `config.moe`); dense when moe.num_experts == 0.
-
-  config.model.patch_size overrides the variant's patch (None: take it from the variant).
-  """
-  arch = decode_variant(config.model.variant)
-  variant_patch = arch.pop('patch_size')
-  patch_size = config.model.patch_size or variant_patch
-  if patch_size is None:
-    raise ValueError(f'variant {config.model.variant!r} names no patch size; set '
-                     'model.patch_size or use SIZE/PATCH (e.g. B/32).')
-  settings = None
-  if config.moe.num_experts > 0:
-    settings = MoeSettings(
-        layers=moe_layer_indices(arch['depth'], config.moe.every),
-        num_experts=config.moe.num_experts, group_size=config.moe.group_size,
-        router=routing.RouterConfig(**config.moe.router), dispatch=config.moe.dispatch,
-        expert_init=config.moe.expert_init)
+def build_model(model: ModelConfig, moe: moe_lib.MoeConfig) -> VisionTransformer:
+  """The ViT of `model`, with MoE layers as `moe` places them (dense when moe.num_experts == 0)."""
+  size = model.size
+  if moe.num_experts > 0 and moe.every > size.depth:
+    raise ValueError(f'moe.every={moe.every} places no MoE layer in a {size.depth}-block model; '
+                     f'use 1 <= moe.every <= {size.depth} (2 is the paper\'s Every-2), or '
+                     'moe.num_experts=0 for a dense model.')
   return VisionTransformer(
-      num_classes=config.model.num_classes, patch_size=patch_size, pool=config.model.pool,
-      representation_size=config.model.representation_size,
-      head_bias_init=config.model.head_bias_init, dropout_rate=config.model.dropout_rate,
-      moe=settings, **arch)
+      num_classes=model.num_classes, patch_size=model.patch, pool=model.pool,
+      representation_size=model.representation_size, head_bias_init=model.head_bias_init,
+      dropout_rate=model.dropout_rate, moe=moe if moe.num_experts > 0 else None,
+      **dataclasses.asdict(size))

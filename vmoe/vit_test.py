@@ -1,36 +1,38 @@
 """ViT / V-MoE: parameter counts, shapes of every variant, Every-2 placement, determinism."""
+import types
+
 import jax
 import jax.numpy as jnp
-import ml_collections as mlc
 import numpy as np
 import pytest
 
+from vmoe import moe as moe_lib
 from vmoe import vit
+from vmoe.routing import router as router_lib
 
 
 def make_config(variant='mu/4', router='softmax_ec', num_experts=4, c=1.0, num_classes=10,
                 image_size=8, channels=1, pool='tok', representation_size=None, noise_std=0.0,
                 loss_weight=0.0, group_size=2):
-  """The model part of a config (loss, model, moe) as the configs/ files build it."""
-  return mlc.ConfigDict({
-      'loss': 'softmax_xent',
-      'model': {'variant': variant, 'num_classes': num_classes, 'image_size': image_size,
-                'channels': channels, 'patch_size': None, 'dropout_rate': 0.0,
-                'representation_size': representation_size, 'head_bias_init': -10.0,
-                'pool': pool},
-      'moe': {'num_experts': num_experts, 'every': 2, 'group_size': group_size,
-              'dispatch': 'indices', 'expert_init': 'shared',
-              'router': {'name': router, 'capacity_factor': c, 'softmax_combine': True,
-                         'noise_std': noise_std, 'importance_loss_weight': loss_weight,
-                         'load_loss_weight': loss_weight, 'sinkhorn_iters': 5,
-                         'sparsity_steps': 5}},
-  })
+  """The model's sections of an experiment (loss, model, moe), typed as the trainer gets them."""
+  router_config = router_lib.RouterConfig(
+      name=router, capacity_factor=c, noise_std=noise_std, importance_loss_weight=loss_weight,
+      load_loss_weight=loss_weight, sinkhorn_iters=5, sparsity_steps=5)
+  return types.SimpleNamespace(
+      loss='softmax_xent',
+      model=vit.ModelConfig(variant, num_classes, image_size, channels, head_bias_init=-10.0,
+                            representation_size=representation_size, pool=pool),
+      moe=moe_lib.MoeConfig(num_experts, group_size, router_config if num_experts else None))
+
+
+def build(config) -> vit.VisionTransformer:
+  return vit.build_model(config.model, config.moe)
 
 
 def abstract_params(config, batch=2):
   """Parameter shapes without allocating them (jax.eval_shape)."""
-  model = vit.build_model(config)
-  images = jax.ShapeDtypeStruct((batch,) + vit.image_shape(config), jnp.float32)
+  model = build(config)
+  images = jax.ShapeDtypeStruct((batch,) + config.model.image_shape, jnp.float32)
   return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
 
 
@@ -118,7 +120,7 @@ def test_b32_moe_count():
 def test_every_variant_shapes_at_224(variant):
   config = make_config(variant, 'sinkhorn_ec', num_experts=32, num_classes=1000, image_size=224,
                        channels=3, group_size=2)
-  model = vit.build_model(config)
+  model = build(config)
   images = jax.ShapeDtypeStruct((2, 224, 224, 3), jnp.float32)
   arch = vit.decode_variant(variant)
 
@@ -148,8 +150,8 @@ def test_every2_placement_in_parameter_tree():
 
 def _init(config, batch=4):
   """(jitted model.apply, variables, images): real arrays at tiny shapes."""
-  model = vit.build_model(config)
-  images = jax.random.normal(jax.random.PRNGKey(1), (batch,) + vit.image_shape(config))
+  model = build(config)
+  images = jax.random.normal(jax.random.PRNGKey(1), (batch,) + config.model.image_shape)
   variables = jax.jit(model.init)(jax.random.PRNGKey(0), images)
   return jax.jit(model.apply, static_argnames='train'), variables, images
 
@@ -189,12 +191,21 @@ def test_dense_gap_model_head_and_representation():
   assert aux['pre_logits'].shape == (3, 12)
 
 
-def test_bad_patch_size_fails():
-  config = make_config('mu/3', num_experts=0)
-  with pytest.raises(ValueError, match='patch size 3 does not divide the 8x8'):
-    _init(config)
-  config.model.variant = 'mu'
+def test_bad_model_sections_fail_naming_the_key():
+  with pytest.raises(ValueError, match='patch size 3 does not divide model.image_size=8'):
+    make_config('mu/3', num_experts=0)
   with pytest.raises(ValueError, match='names no patch size'):
-    vit.build_model(config)
-  config.model.patch_size = 4                                        # The override fixes it.
-  assert vit.build_model(config).patch_size == 4
+    make_config('mu', num_experts=0)
+  model = vit.ModelConfig('mu', 10, 8, 1, head_bias_init=0.0, patch_size=4)   # The override.
+  assert vit.build_model(model, make_config(num_experts=0).moe).patch_size == 4
+  with pytest.raises(ValueError, match="unknown model.pool 'max'"):
+    make_config(pool='max')
+  with pytest.raises(ValueError, match='moe.every=5 places no MoE layer in a 2-block model'):
+    vit.build_model(make_config().model, moe_lib.MoeConfig(4, 2, make_config().moe.router, every=5))
+
+
+def test_patch_size_mismatch_at_call_fails():
+  # The module itself checks the images it gets (a model built for 8x8 images, given 6x6).
+  apply, variables, _ = _init(make_config('mu/4', num_experts=0))
+  with pytest.raises(ValueError, match='patch size 4 does not divide the 6x6 images'):
+    apply(variables, jnp.zeros((1, 6, 6, 1)), train=False)

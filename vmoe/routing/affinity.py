@@ -9,8 +9,6 @@ Three affinities of the paper (section "MoE layers instantiated by different rou
                         nonzeros per expert column                              (eq. sparsity-constrained)
 All are pure functions of one group; vmap them over groups.
 """
-import functools
-
 from typing import NamedTuple
 
 import jax
@@ -100,20 +98,19 @@ def _semi_dual_at(alpha, scores_t, column_mass, capacity):
   return value, 1.0 - row_sums, index
 
 
-def _semi_dual_value_and_grad(alpha, scores_t, column_mass, capacity):
-  """F(alpha) and its gradient (see _semi_dual_at)."""
+def semi_dual_value_and_grad(alpha, scores_t, column_mass, capacity):
+  """F(alpha) and its gradient (see _semi_dual_at); scores_t (E, T), potentials alpha (T,)."""
   return _semi_dual_at(alpha, scores_t, column_mass, capacity)[:2]
 
 
-# Line searches for the semi-dual's L-BFGS steps. 'none' takes the unit L-BFGS step: one projection
-# per step, where a line search adds one per trial (and under vmap every group waits for the slowest).
-LINESEARCHES = {
-    'none': None,
-    'backtracking': lambda: optax.scale_by_backtracking_linesearch(
-        max_backtracking_steps=8, store_grad=True),
-    'zoom': lambda: optax.scale_by_zoom_linesearch(  # optax.lbfgs's default.
-        max_linesearch_steps=20, initial_guess_strategy='one'),
-}
+def sparse_plan(scores_t, alpha, support, column_mass):
+  """(E, T) plan at potentials alpha: the sparse projection of scores_t - alpha (alpha held
+  constant) on `support` (E, C), the columns' top-C indices at alpha in decreasing order, so the
+  gathered entries are sorted as _simplex_of_sorted needs and no second top_k runs."""
+  kept = jnp.take_along_axis(scores_t - jax.lax.stop_gradient(alpha)[None, :], support, axis=-1)
+  values = _simplex_of_sorted(kept, column_mass)
+  num_experts = scores_t.shape[0]
+  return jnp.zeros_like(scores_t).at[jnp.arange(num_experts)[:, None], support].set(values)
 
 
 def _keep_lower(candidate, value, best, best_value):
@@ -127,7 +124,7 @@ def _keep_lower(candidate, value, best, best_value):
 # from it, relative to the step from alpha = 0. Chosen on a grid (temperature 0.03-1, step
 # 0.03-1, 5-30 Sinkhorn iterations) for the lowest mean |row sum - 1| after 5 steps on the scores
 # of trained tiny sparsity_ec routers and on softmax of N(0, std) logits (std 0.01-10, the tiny
-# and B/32 shapes); `bench/sparsity_solver.py` measures the result.
+# and B/32 shapes); `python -m bench.sparsity_solver` measures the result.
 WARM_START_TEMPERATURE = 0.3
 WARM_START_STEP = 0.1
 
@@ -160,8 +157,13 @@ def _entropic_potentials(scores_t, num_iters):
   return jnp.where(usable, alpha, 0.0), usable
 
 
-def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, linesearch,
-                     warm_start_iters=0):
+def step_scale(scores_t, warm_start: bool):
+  """s of the potentials u = alpha / s that L-BFGS works on (see _solve_semi_dual)."""
+  scale = jnp.minimum(1.0, 0.5 * jnp.std(scores_t) * jnp.sqrt(scores_t.shape[1]))
+  return WARM_START_STEP * scale if warm_start else scale
+
+
+def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, warm_start_iters=0):
   """L-BFGS on the semi-dual of scores_t (E, T) from alpha = 0, or from entropic potentials
   (_entropic_potentials) when warm_start_iters > 0: the best (lowest F) iterate seen after
   num_steps steps, as potentials alpha (T,) and the support (E, C) of its sparse plan, and
@@ -174,61 +176,24 @@ def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, li
   (a router at initialisation): every token jumps over every threshold, the curvature pairs are
   useless and the solver stalls at the start or diverges. So the solver works on u = alpha / s
   with s = min(1, std(S) sqrt(T) / 2): the first step moves each potential by about half the
-  scores' spread, and is unchanged for well-spread scores. Without a line search, each step is
-  also clipped to move no potential by more than 1 + range(S) (no optimum is farther), a guard
-  against the blow-ups that curvature pairs across a kink of F can cause. From a warm start the
-  optimum is near, so s is WARM_START_STEP times smaller (the first step is shorter).
-  F is not smooth, so neither unit steps nor a line search that finds no decrease guarantee
-  descent; keeping the best iterate makes the result never worse than the start (Expert Choice
-  from alpha = 0).
-  Without a line search the solver evaluates F num_steps + 1 times (one projection each) and
-  keeps the best iterate's support, so the plan needs no further top_k.
+  scores' spread, and is unchanged for well-spread scores. Each step is also clipped to move no
+  potential by more than 1 + range(S) (no optimum is farther), a guard against the blow-ups that
+  curvature pairs across a kink of F can cause. From a warm start the optimum is near, so s is
+  WARM_START_STEP times smaller (the first step is shorter).
+  F is not smooth, so unit steps do not guarantee descent; keeping the best iterate makes the
+  result never worse than the start (Expert Choice from alpha = 0).
+  The solver evaluates F num_steps + 1 times (one projection each) and keeps the best iterate's
+  support, so the plan needs no further top_k.
   """
   num_tokens = scores_t.shape[1]
-  scale = jnp.minimum(1.0, 0.5 * jnp.std(scores_t) * jnp.sqrt(num_tokens))
-  if warm_start_iters:
-    scale = WARM_START_STEP * scale
+  scale = step_scale(scores_t, warm_start=warm_start_iters > 0)
   max_move = (1.0 + jnp.max(scores_t) - jnp.min(scores_t)) / scale
-
-  def value_and_grad(u):   # F and its gradient in u = alpha / scale.
-    value, grad = _semi_dual_value_and_grad(scale * u, scores_t, column_mass, capacity)
-    return value, scale * grad
-
-  @jax.custom_vjp
-  def semi_dual(u):
-    return value_and_grad(u)[0]
-
-  semi_dual.defvjp(value_and_grad, lambda grad, cotangent: (cotangent * grad,))
-
-  make_linesearch = LINESEARCHES[linesearch]
-  optimizer = optax.lbfgs(memory_size=memory_size,
-                          linesearch=make_linesearch() if make_linesearch else None)
+  optimizer = optax.lbfgs(memory_size=memory_size, linesearch=None)   # Unit steps.
   u0 = jnp.zeros((num_tokens,), jnp.float32)
   warm_start_usable = jnp.array(True)
   if warm_start_iters:
     alpha0, warm_start_usable = _entropic_potentials(scores_t, warm_start_iters)
     u0 = alpha0 / scale
-  fell_back = lambda best_value, start_value: jnp.logical_or(
-      ~warm_start_usable, (num_steps > 0) & (best_value >= start_value))
-
-  if make_linesearch:
-    value_and_grad_from_state = optax.value_and_grad_from_state(semi_dual)
-
-    def search_step(_, carry):
-      u, opt_state, best_u, best_value = carry
-      value, grad = value_and_grad_from_state(u, state=opt_state)   # Stored by the line search.
-      updates, opt_state = optimizer.update(
-          grad, opt_state, u, value=value, grad=grad, value_fn=semi_dual)
-      u = optax.apply_updates(u, updates)
-      best_u, best_value = _keep_lower(u, optax.tree.get(opt_state, 'value'), best_u, best_value)
-      return u, opt_state, best_u, best_value
-
-    start_value = semi_dual(u0)
-    init = (u0, optimizer.init(u0), u0, start_value)
-    _, _, best_u, best_value = jax.lax.fori_loop(0, num_steps, search_step, init)
-    alpha = scale * best_u
-    return (alpha, jax.lax.top_k(scores_t - alpha[None, :], capacity)[1],
-            fell_back(best_value, start_value))
 
   def evaluate(u, best, best_value):   # best = (alpha, support) of the lowest F so far.
     alpha = scale * u
@@ -248,14 +213,14 @@ def _solve_semi_dual(scores_t, column_mass, capacity, num_steps, memory_size, li
   init = (u0, optimizer.init(u0), (scale * u0, no_support), inf, inf)
   u, _, best, best_value, start_value = jax.lax.fori_loop(0, num_steps, unit_step, init)
   _, _, (alpha, support), best_value = evaluate(u, best, best_value)   # The last iterate.
-  return alpha, support, fell_back(best_value, start_value)
+  fell_back = jnp.logical_or(~warm_start_usable, (num_steps > 0) & (best_value >= start_value))
+  return alpha, support, fell_back
 
 
 def sparsity_constrained(scores: jax.Array, capacity: int, num_steps: int = 10,
-                         memory_size: int = 3, linesearch: str = 'none',
-                         warm_start_iters: int = 0) -> jax.Array:
+                         memory_size: int = 3, warm_start_iters: int = 0) -> jax.Array:
   """The plan of sparsity_constrained_with_info (see there), without the solver's report."""
-  return sparsity_constrained_with_info(scores, capacity, num_steps, memory_size, linesearch,
+  return sparsity_constrained_with_info(scores, capacity, num_steps, memory_size,
                                         warm_start_iters)[0]
 
 
@@ -270,8 +235,7 @@ class SolverReport(NamedTuple):
 
 
 def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: int = 10,
-                                   memory_size: int = 3, linesearch: str = 'none',
-                                   warm_start_iters: int = 0):
+                                   memory_size: int = 3, warm_start_iters: int = 0):
   """Sparsity-constrained OT plan (Liu et al. 2022) for routing, via its semi-dual.
 
   Primal (eq. sparsity--constrained-objective, a = 1_T, b = (T/E) 1_E):
@@ -288,15 +252,13 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
   Why this solver: under vmap over routing groups, data-dependent control flow runs every branch
   for every group until the slowest group is done, so a line search (optax.lbfgs's default zoom,
   or backtracking) costs several projections per step; a unit L-BFGS step costs one, and keeping
-  the best iterate stands in for the line search's safeguard. Measured on this CPU (`python
-  bench/sparsity_solver.py`: 8 groups, softmax of N(0, 1) logits; bench/results/
-  sparsity_solver.json), 10 unit steps from 0 take 4.9 / 9.4 ms at the tiny config's shapes
-  (T=272, E=8, c=1 / 2) and 9.3 / 15.9 ms at B/32's (T=392, E=32): 0.41 / 0.48 / 0.40 / 0.43x
-  the time of 10 backtracking steps, for a mean |row sum - 1| of 0.114 / 0.101 / 0.097 / 0.082
-  against backtracking's 0.111 / 0.103 / 0.100 / 0.082, and 0.36 / 0.21 / 0.51 / 0.33 at
-  alpha = 0 (plain Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly
-  uniform scores: without it, neither unit steps nor backtracking moved from alpha = 0 for logits
-  of std 0.01.
+  the best iterate stands in for the line search's safeguard. `python -m bench.sparsity_solver`
+  (whose bench/linesearch_solver.py solves the same semi-dual with optax's line searches)
+  measures both at the tiny and B/32 routing shapes (numbers: bench/results/sparsity_solver.json):
+  unit steps take less than half the time of backtracking steps and reach about the same mean
+  |row sum - 1|, far below that of alpha = 0 (plain Expert Choice on S). The step scale (see
+  _solve_semi_dual) matters for nearly uniform scores: without it, neither unit steps nor
+  backtracking moved from alpha = 0 for logits of std 0.01.
 
   Gradients: the returned plan is the sparse projection of S - alpha* with the solved potentials
   alpha* held constant (stop-gradient), so it is differentiable in S on the columns' support; the
@@ -307,18 +269,13 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
     capacity: C, maximum nonzeros per expert column; 1 <= C <= T.
     num_steps: fixed number of L-BFGS steps on the semi-dual (0 gives Expert Choice on `scores`).
     memory_size: number of curvature pairs L-BFGS keeps.
-    linesearch: 'none' (unit steps, the default), 'backtracking' (Armijo, halving, at most 8
-      trials) or 'zoom' (optax's default strong-Wolfe search); the line searches are slower under
-      vmap and kept for the solver benchmark.
     warm_start_iters: 0 starts the solver at alpha = 0; n > 0 starts it at the potentials of n
       Sinkhorn iterations of entropic OT (_entropic_potentials), which pays off when E*C <= T
-      (c <= 1). Measured (bench/results/sparsity_solver.json): at c = 1, 5 steps from 10 Sinkhorn
-      iterations take 0.57-0.65x the time of 10 steps from 0, for a mean |row sum - 1| of 0.050
-      against 0.098 on a trained tiny router's scores (bench/data/router_logits_tiny.npz),
-      0.027-0.028 against 0.034 / 0.114 / 0.054 on softmax of N(0, std) logits with std 0.1 / 1 / 3
-      at the tiny shape, and 0.064 / 0.078 against 0.097 / 0.144 (std 1 / 3) at B/32's, but 0.110
-      against 0.076 for nearly uniform scores there (std 0.1). At c = 2 (tokens split between
-      experts) the entropic start is worse than 0 (0.13-0.17 against 0.08-0.10 at 10 steps).
+      (c <= 1): at c = 1, 5 steps from 10 Sinkhorn iterations take less time than 10 steps from
+      0 and end nearer to feasible rows, on a trained tiny router's scores
+      (bench/data/router_logits_tiny.npz) and on most Gaussian-logit cases, though not on nearly
+      uniform scores at the B/32 shape. At c = 2 (tokens split between experts) the entropic
+      start is worse than 0. Numbers: bench/results/sparsity_solver.json.
   Returns:
     (T, E) float32 plan with at most `capacity` nonzeros per column, and its SolverReport.
   """
@@ -331,17 +288,11 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
     raise ValueError(f'sparsity_constrained needs memory_size >= 1, got {memory_size}.')
   if warm_start_iters < 0:
     raise ValueError(f'sparsity_constrained needs warm_start_iters >= 0, got {warm_start_iters}.')
-  if linesearch not in LINESEARCHES:
-    raise ValueError(f'unknown line search {linesearch!r}; valid: {", ".join(LINESEARCHES)}.')
   scores_t = scores.astype(jnp.float32).T                # (E, T)
   column_mass = num_tokens / num_experts
   alpha, support, fell_back = _solve_semi_dual(
-      jax.lax.stop_gradient(scores_t), column_mass, capacity, num_steps, memory_size, linesearch,
+      jax.lax.stop_gradient(scores_t), column_mass, capacity, num_steps, memory_size,
       warm_start_iters)   # Carries no gradient.
-  # The sparse projection at alpha without a second top_k: the support is top_k's at the same
-  # alpha, in decreasing order, so the gathered entries are sorted as _simplex_of_sorted needs.
-  kept = jnp.take_along_axis(scores_t - jax.lax.stop_gradient(alpha)[None, :], support, axis=-1)
-  values = _simplex_of_sorted(kept, column_mass)
-  plan_t = jnp.zeros_like(scores_t).at[jnp.arange(num_experts)[:, None], support].set(values)
+  plan_t = sparse_plan(scores_t, alpha, support, column_mass)
   row_error = jnp.mean(jnp.abs(jnp.sum(jax.lax.stop_gradient(plan_t), axis=0) - 1.0))
   return plan_t.T, SolverReport(row_error, fell_back.astype(jnp.float32))

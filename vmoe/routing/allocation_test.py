@@ -78,7 +78,7 @@ def test_capacity_rounding_rules(tokens, factor, expected):
 @pytest.mark.parametrize('factor', [0, -1])
 def test_compute_capacity_rejects_non_positive_factor(factor):
   with pytest.raises(ValueError, match='capacity factor must be > 0'):
-    allocation.compute_capacity(392, 32, factor)
+    allocation.compute_capacity(400, 32, factor)
 
 
 def test_token_choice_hand_worked_k1():

@@ -21,11 +21,68 @@ from vmoe.routing import losses
 from vmoe.routing import soft
 
 
+# Affinities by name: (logits (S, E), probs = softmax(logits), capacity C, RouterConfig) ->
+# (scores (S, E), the sparsity-constrained solver's SolverReport or None). A new affinity is one
+# such function and one entry in AFFINITIES; routers then name it in ROUTERS.
+
+
+def _softmax_scores(logits, probs, capacity, config):
+  del logits, capacity, config   # Pi_softmax is softmax(X W) itself.
+  return probs, None
+
+
+def _sinkhorn_scores(logits, probs, capacity, config):
+  del probs, capacity
+  return affinity.sinkhorn(logits, config.sinkhorn_iters), None
+
+
+def _sparsity_constrained_scores(logits, probs, capacity, config):
+  del logits   # The paper's utility is softmax(X W).
+  return affinity.sparsity_constrained_with_info(probs, capacity, config.sparsity_steps,
+                                                 memory_size=config.sparsity_memory,
+                                                 warm_start_iters=config.sparsity_warm_start)
+
+
+AFFINITIES = {
+    'softmax': _softmax_scores,
+    'sinkhorn': _sinkhorn_scores,
+    'sparsity_constrained': _sparsity_constrained_scores,
+}
+
+
+# Sparse allocations by name: (scores (S, E), capacity C, RouterConfig) -> slot_token (E, C).
+
+
+def _token_choice_slots(scores, capacity, config):
+  return allocation.token_choice_slots(scores, capacity, int(config.capacity_factor))
+
+
+def _expert_choice_slots(scores, capacity, config):
+  del config
+  return allocation.expert_choice_slots(scores, capacity)
+
+
+ALLOCATIONS = {'token_choice': _token_choice_slots, 'expert_choice': _expert_choice_slots}
+SOFT = 'soft'   # Soft MoE's allocation: dense, from its own slot parameters, with no affinity.
+
+
+def _check_name(kind: str, name, registry) -> None:
+  if name not in registry:
+    raise ValueError(f'unknown {kind} {name!r}; valid: {", ".join(registry)}.')
+
+
 @dataclasses.dataclass(frozen=True)
 class RouterSpec:
-  """Which affinity feeds which allocation; affinity is None for Soft MoE."""
+  """Which affinity (an AFFINITIES name) feeds which allocation (an ALLOCATIONS name); Soft MoE
+  has affinity None and allocation SOFT. Unknown names fail listing the valid ones."""
   affinity: str | None
   allocation: str
+
+  def __post_init__(self):
+    if self.allocation == SOFT and self.affinity is None:
+      return
+    _check_name('affinity', self.affinity, AFFINITIES)
+    _check_name('allocation', self.allocation, ALLOCATIONS)
 
 
 # The paper's six routers, plus sparsity_tc: any affinity composes with any allocation.
@@ -36,7 +93,7 @@ ROUTERS = {
     'softmax_ec': RouterSpec('softmax', 'expert_choice'),
     'sinkhorn_ec': RouterSpec('sinkhorn', 'expert_choice'),
     'sparsity_ec': RouterSpec('sparsity_constrained', 'expert_choice'),
-    'soft_moe': RouterSpec(None, 'soft'),
+    'soft_moe': RouterSpec(None, SOFT),
 }
 PAPER_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
 
@@ -46,6 +103,17 @@ def get_router_spec(name: str) -> RouterSpec:
   if name not in ROUTERS:
     raise ValueError(f'unknown router {name!r}; valid routers: {", ".join(sorted(ROUTERS))}.')
   return ROUTERS[name]
+
+
+def sparsity_solver_defaults(capacity_factor: float) -> tuple[int, int]:
+  """(sparsity_steps, sparsity_warm_start) of the sparsity-constrained solver at capacity c.
+
+  From the potentials of 10 Sinkhorn iterations when c <= 1 (the plan is then nearly an
+  assignment; 5 L-BFGS steps from there beat 10 from 0, in less time), and 10 steps from 0 when
+  c > 1 (the entropic start is worse there); see affinity.sparsity_constrained and
+  bench/results/sparsity_solver.json.
+  """
+  return (5, 10) if capacity_factor <= 1 else (10, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +130,9 @@ class RouterConfig:
   softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
   sparsity_steps and sparsity_warm_start: L-BFGS steps of the sparsity-constrained OT solver and
   Sinkhorn iterations of its entropic starting point (0: start at 0); see
-  affinity.sparsity_constrained.
+  affinity.sparsity_constrained. None (the default) takes `sparsity_solver_defaults(c)`;
+  sparsity_memory: the curvature pairs its L-BFGS keeps.
+  The defaults are the configs' (configs/common.py builds `config.moe.router` from this class).
   """
   name: str
   capacity_factor: float
@@ -71,12 +141,18 @@ class RouterConfig:
   importance_loss_weight: float = 0.0
   load_loss_weight: float = 0.0
   sinkhorn_iters: int = 20
-  sparsity_steps: int = 10
-  sparsity_warm_start: int = 0
+  sparsity_steps: int | None = None
+  sparsity_warm_start: int | None = None
+  sparsity_memory: int = 3
   capacity_rounding: str = 'round_half_even'
 
   def __post_init__(self):
     spec = get_router_spec(self.name)
+    steps, warm_start = sparsity_solver_defaults(self.capacity_factor)
+    if self.sparsity_steps is None:
+      object.__setattr__(self, 'sparsity_steps', steps)
+    if self.sparsity_warm_start is None:
+      object.__setattr__(self, 'sparsity_warm_start', warm_start)
     if self.capacity_factor <= 0:
       raise ValueError(f'router {self.name}: capacity factor must be > 0, got {self.capacity_factor}.')
     if spec.allocation == 'token_choice' and int(self.capacity_factor) != self.capacity_factor:
@@ -89,6 +165,9 @@ class RouterConfig:
                        'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
     if self.sinkhorn_iters < 1 or self.sparsity_steps < 0 or self.sparsity_warm_start < 0:
       raise ValueError('sinkhorn_iters must be >= 1, sparsity_steps and sparsity_warm_start >= 0.')
+    if self.sparsity_memory < 1:
+      raise ValueError(f'sparsity_memory must be >= 1 (L-BFGS curvature pairs), got '
+                       f'{self.sparsity_memory}.')
     if self.capacity_rounding not in allocation.CAPACITY_ROUNDINGS:
       raise ValueError(f'unknown capacity_rounding {self.capacity_rounding!r}; valid: '
                        f'{", ".join(allocation.CAPACITY_ROUNDINGS)}.')
@@ -97,11 +176,16 @@ class RouterConfig:
   def spec(self) -> RouterSpec:
     return ROUTERS[self.name]
 
+  def check_num_experts(self, num_experts: int) -> None:
+    """Token choice selects k <= E experts per token; fails naming both otherwise."""
+    if self.spec.allocation == 'token_choice' and self.capacity_factor > num_experts:
+      raise ValueError(f'router {self.name} selects k={int(self.capacity_factor)} experts per '
+                       f'token but only E={num_experts} experts exist; lower k (the config '
+                       'argument c) or raise moe.num_experts.')
+
   def capacity(self, num_tokens: int, num_experts: int) -> int:
     """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens."""
-    if self.spec.allocation == 'token_choice' and self.capacity_factor > num_experts:
-      raise ValueError(f'router {self.name}: k={int(self.capacity_factor)} experts per token but '
-                       f'only E={num_experts} experts exist; lower k.')
+    self.check_num_experts(num_experts)
     return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor,
                                        self.capacity_rounding)
 
@@ -119,26 +203,6 @@ class DenseRouting(NamedTuple):
   combine: jax.Array
 
 
-def _affinity_scores(name, logits, probs, capacity, config):
-  """(scores (S, E), the solver's SolverReport or None) of affinity `name`."""
-  if name == 'softmax':
-    return probs, None
-  if name == 'sinkhorn':
-    return affinity.sinkhorn(logits, config.sinkhorn_iters), None
-  if name == 'sparsity_constrained':  # The paper's utility is softmax(X W).
-    return affinity.sparsity_constrained_with_info(probs, capacity, config.sparsity_steps,
-                                                   warm_start_iters=config.sparsity_warm_start)
-  raise ValueError(f'unknown affinity {name!r}; valid: softmax, sinkhorn, sparsity_constrained.')
-
-
-def _allocate(name, scores, capacity, config):
-  if name == 'token_choice':
-    return allocation.token_choice_slots(scores, capacity, int(config.capacity_factor))
-  if name == 'expert_choice':
-    return allocation.expert_choice_slots(scores, capacity)
-  raise ValueError(f'unknown allocation {name!r}; valid: token_choice, expert_choice.')
-
-
 def route_group(logits: jax.Array, config: RouterConfig, capacity: int):
   """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight, report).
 
@@ -150,8 +214,8 @@ def route_group(logits: jax.Array, config: RouterConfig, capacity: int):
   """
   spec = config.spec
   probs = affinity.softmax(logits)
-  scores, report = _affinity_scores(spec.affinity, logits, probs, capacity, config)
-  slot_token = _allocate(spec.allocation, jax.lax.stop_gradient(scores), capacity, config)
+  scores, report = AFFINITIES[spec.affinity](logits, probs, capacity, config)
+  slot_token = ALLOCATIONS[spec.allocation](jax.lax.stop_gradient(scores), capacity, config)
   combine_scores = probs if config.softmax_combine else scores
   return slot_token, allocation.slot_weights(slot_token, combine_scores), report
 
@@ -190,7 +254,7 @@ class Router(nn.Module):
   def __call__(self, x: jax.Array, *, train: bool):
     _, num_tokens, dim = x.shape
     capacity = self.config.capacity(num_tokens, self.num_experts)
-    if self.config.spec.allocation == 'soft':
+    if self.config.spec.allocation == SOFT:
       # lecun_normal with its default axes on (D, E, C), as the reference's Soft MoE router
       # initialises its (D, E, C) slot parameters: fan-in = E * D (in_axis E, receptive field D),
       # so Phi starts sqrt(E) times smaller than with fan-in D.

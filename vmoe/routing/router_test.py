@@ -5,15 +5,52 @@ import numpy as np
 import pytest
 
 from vmoe.routing import affinity
-from vmoe.routing import router as routing
+from vmoe.routing import router as router_lib
 
 
 def test_registry_has_the_paper_routers_and_rejects_unknown_names():
-  assert set(routing.PAPER_ROUTERS) <= set(routing.ROUTERS)
+  assert set(router_lib.PAPER_ROUTERS) <= set(router_lib.ROUTERS)
   with pytest.raises(ValueError, match='unknown router .*valid routers: sinkhorn_ec, sinkhorn_tc'):
-    routing.get_router_spec('sinkhorn')
+    router_lib.get_router_spec('sinkhorn')
   with pytest.raises(ValueError, match='unknown router'):
-    routing.RouterConfig(name='top2', capacity_factor=1)
+    router_lib.RouterConfig(name='top2', capacity_factor=1)
+
+
+def test_specs_name_registered_pieces_and_unknown_ones_fail_listing_the_valid():
+  for spec in router_lib.ROUTERS.values():
+    assert spec.affinity in router_lib.AFFINITIES or spec == router_lib.RouterSpec(None, 'soft')
+    assert spec.allocation in router_lib.ALLOCATIONS or spec.allocation == router_lib.SOFT
+  with pytest.raises(ValueError, match="unknown affinity 'entropic'; valid: softmax, sinkhorn, "
+                                       "sparsity_constrained"):
+    router_lib.RouterSpec('entropic', 'expert_choice')
+  with pytest.raises(ValueError, match="unknown allocation 'soft'; valid: token_choice, "
+                                       "expert_choice"):
+    router_lib.RouterSpec('softmax', 'soft')    # Soft MoE has no affinity.
+
+
+def test_registry_entries_compute_their_affinity():
+  # logits (3 tokens, 2 experts); softmax rows: [e^1, 1] / (e + 1) = [0.731059, 0.268941], ...
+  logits = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
+  config = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, sinkhorn_iters=3)
+  probs = affinity.softmax(logits)
+  scores, report = router_lib.AFFINITIES['softmax'](logits, probs, 2, config)
+  np.testing.assert_allclose(scores[0], [0.731059, 0.268941], rtol=1e-5)
+  assert report is None
+  scores, _ = router_lib.AFFINITIES['sinkhorn'](logits, probs, 2, config)
+  np.testing.assert_array_equal(scores, affinity.sinkhorn(logits, 3))
+
+
+def test_a_new_affinity_is_one_function_and_one_entry(monkeypatch):
+  # 'reversed' prefers the experts softmax ranks last; expert choice then takes, per expert, the
+  # C = round(4 / 2) = 2 tokens with the LOWEST softmax score for it.
+  monkeypatch.setitem(router_lib.AFFINITIES, 'reversed',
+                      lambda logits, probs, capacity, config: (1.0 - probs, None))
+  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec',
+                      router_lib.RouterSpec('reversed', 'expert_choice'))
+  config = router_lib.RouterConfig(name='reversed_ec', capacity_factor=1)
+  logits = jnp.array([[3.0, 0.0], [2.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # Expert 0 prob falls.
+  slot_token, _, _ = router_lib.route_group(logits, config, capacity=2)
+  assert sorted(slot_token[0].tolist()) == [2, 3] and sorted(slot_token[1].tolist()) == [0, 1]
 
 
 @pytest.mark.parametrize('kwargs,message', [
@@ -28,20 +65,30 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
 ])
 def test_config_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    routing.RouterConfig(**kwargs)
+    router_lib.RouterConfig(**kwargs)
+
+
+def test_sparsity_solver_defaults_follow_the_capacity():
+  # 5 steps from 10 Sinkhorn iterations at c <= 1, 10 steps from 0 above (configs use these).
+  assert router_lib.sparsity_solver_defaults(1) == (5, 10)
+  assert router_lib.sparsity_solver_defaults(2) == (10, 0)
+  config = router_lib.RouterConfig(name='sparsity_ec', capacity_factor=2)
+  assert (config.sparsity_steps, config.sparsity_warm_start, config.sparsity_memory) == (10, 0, 3)
+  with pytest.raises(ValueError, match='sparsity_memory must be >= 1'):
+    router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_memory=0)
 
 
 def test_more_experts_per_token_than_experts_fails():
-  config = routing.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
+  config = router_lib.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
   with pytest.raises(ValueError, match='k=3 experts per token but only E=2'):
     config.capacity(num_tokens=16, num_experts=2)
 
 
-@pytest.mark.parametrize('name', sorted(routing.ROUTERS))
+@pytest.mark.parametrize('name', sorted(router_lib.ROUTERS))
 def test_router_parameters_and_outputs(name):
-  config = routing.RouterConfig(name=name, capacity_factor=2)
+  config = router_lib.RouterConfig(name=name, capacity_factor=2)
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))        # G=3 groups of S=16 tokens.
-  module = routing.Router(config, num_experts=4)
+  module = router_lib.Router(config, num_experts=4)
   params = module.init(jax.random.PRNGKey(1), x, train=False)['params']
   route, aux = module.apply({'params': params}, x, train=False)
   capacity = 8                                                     # round(2 * 16 / 4).
@@ -57,9 +104,9 @@ def test_router_parameters_and_outputs(name):
 
 
 def test_noise_is_used_in_training_only():
-  config = routing.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=50.0)
+  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=50.0)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 8))
-  module = routing.Router(config, num_experts=4)
+  module = router_lib.Router(config, num_experts=4)
   variables = module.init(jax.random.PRNGKey(1), x, train=False)
   run = lambda train, seed: module.apply(variables, x, train=train,
                                          rngs={'gating': jax.random.PRNGKey(seed)})[0]
@@ -69,10 +116,10 @@ def test_noise_is_used_in_training_only():
 
 def test_softmax_combine_switches_only_the_combine_weights():
   logits = jax.random.normal(jax.random.PRNGKey(2), (16, 4))
-  with_trick = routing.RouterConfig(name='sinkhorn_ec', capacity_factor=1)
-  without = routing.RouterConfig(name='sinkhorn_ec', capacity_factor=1, softmax_combine=False)
-  tokens_a, weights_a, _ = routing.route_group(logits, with_trick, 4)
-  tokens_b, weights_b, _ = routing.route_group(logits, without, 4)
+  with_trick = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1)
+  without = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, softmax_combine=False)
+  tokens_a, weights_a, _ = router_lib.route_group(logits, with_trick, 4)
+  tokens_b, weights_b, _ = router_lib.route_group(logits, without, 4)
   np.testing.assert_array_equal(tokens_a, tokens_b)               # Same dispatch (Pi_ent).
   expert = jnp.arange(4)[:, None]
   np.testing.assert_allclose(weights_a, affinity.softmax(logits)[tokens_a, expert], rtol=1e-6)
@@ -81,10 +128,10 @@ def test_softmax_combine_switches_only_the_combine_weights():
 
 def test_every_affinity_composes_with_every_allocation():
   logits = jax.random.normal(jax.random.PRNGKey(3), (16, 4))
-  for name, spec in routing.ROUTERS.items():
+  for name, spec in router_lib.ROUTERS.items():
     if spec.affinity is None:
       continue
-    tokens, weights, _ = routing.route_group(logits, routing.RouterConfig(name, 1), 4)
+    tokens, weights, _ = router_lib.route_group(logits, router_lib.RouterConfig(name, 1), 4)
     assert tokens.shape == weights.shape == (4, 4), name
 
 
@@ -94,30 +141,30 @@ def test_sinkhorn_balances_token_choice():
   logits = jax.random.normal(jax.random.PRNGKey(4), (64, 4)) + jnp.array([4.0, 0.0, 0.0, 0.0])
   dropped = {}
   for name in ('softmax_tc', 'sinkhorn_tc'):
-    tokens, _, _ = routing.route_group(logits, routing.RouterConfig(name, 1), 16)
+    tokens, _, _ = router_lib.route_group(logits, router_lib.RouterConfig(name, 1), 16)
     dropped[name] = 1 - int((tokens < 64).sum()) / 64
   assert dropped['softmax_tc'] >= 0.7                              # 48 of 64 tokens lose out.
   assert dropped['sinkhorn_tc'] <= 0.2
 
 
 def test_balance_losses_are_weighted_and_averaged():
-  config = routing.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
+  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
                                 importance_loss_weight=0.5, load_loss_weight=0.0)
   logits = jnp.zeros((2, 8, 4)).at[:, :, 0].set(10.0)           # Collapsed on expert 0.
   # softmax(10, 0, 0, 0) puts 0.99864 on expert 0, so importance CV^2 is close to E - 1 = 3.
-  loss = routing.auxiliary_loss(logits, logits, config)
+  loss = router_lib.auxiliary_loss(logits, logits, config)
   np.testing.assert_allclose(loss, 0.5 * 3 * 0.99, rtol=0.02)
 
 
 def test_importance_loss_takes_the_clean_probabilities():
   # Appendix A and V-MoE: importance = CV^2 of sum_t softmax(X W)[t], before the noise. Clean
   # logits all 0 (uniform: loss 0) with noisy logits collapsed on expert 0 (loss ~3) give 0.
-  config = routing.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
+  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
                                 importance_loss_weight=1.0)
   clean = jnp.zeros((2, 8, 4))
   noisy = clean.at[:, :, 0].set(10.0)
-  assert float(routing.auxiliary_loss(clean, noisy, config)) == pytest.approx(0.0, abs=1e-7)
-  np.testing.assert_allclose(routing.auxiliary_loss(noisy, clean, config), 3 * 0.99, rtol=0.02)
+  assert float(router_lib.auxiliary_loss(clean, noisy, config)) == pytest.approx(0.0, abs=1e-7)
+  np.testing.assert_allclose(router_lib.auxiliary_loss(noisy, clean, config), 3 * 0.99, rtol=0.02)
 
 
 def test_soft_moe_phi_has_the_reference_fan_in():
@@ -125,9 +172,9 @@ def test_soft_moe_phi_has_the_reference_fan_in():
   # Var(Phi) = 1 / (E D) = 1 / 512 here, E = 8 times smaller than with fan-in D. The sample
   # variance of n = 64 * 8 * 4 = 2048 draws has relative std sqrt(2 / n) = 0.031; 5 of those
   # (0.16) separate 1 / 512 from 1 / 64 by far.
-  config = routing.RouterConfig(name='soft_moe', capacity_factor=1)
+  config = router_lib.RouterConfig(name='soft_moe', capacity_factor=1)
   x = jnp.zeros((1, 32, 64))                                       # S = 32, D = 64, E = 8: C = 4.
-  phi = routing.Router(config, num_experts=8).init(jax.random.PRNGKey(0), x, train=False)[
+  phi = router_lib.Router(config, num_experts=8).init(jax.random.PRNGKey(0), x, train=False)[
       'params']['phi']
   assert phi.shape == (64, 8, 4)
   np.testing.assert_allclose(float(jnp.var(phi)), 1 / (8 * 64), rtol=5 * np.sqrt(2 / phi.size))
@@ -136,10 +183,11 @@ def test_soft_moe_phi_has_the_reference_fan_in():
 def solver_metrics(x_by_token, kernel_row, steps=5):
   """The sparsity_ec Router's solver metrics on G = 3 groups of 4 tokens whose logits are
   x_by_token[t] * kernel_row (D = 8, only feature 0 nonzero), E = 2, c = 1 (C = 2)."""
-  config = routing.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_steps=steps)
+  config = router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_steps=steps,
+                                sparsity_warm_start=0)   # The cases below reason from alpha = 0.
   x = jnp.zeros((3, 4, 8)).at[:, :, 0].set(jnp.asarray(x_by_token, jnp.float32))
   kernel = jnp.zeros((8, 2)).at[0].set(jnp.asarray(kernel_row, jnp.float32))
-  _, metrics = routing.Router(config, num_experts=2).apply({'params': {'kernel': kernel}}, x,
+  _, metrics = router_lib.Router(config, num_experts=2).apply({'params': {'kernel': kernel}}, x,
                                                            train=False)
   return float(metrics['solver_fallbacks']), float(metrics['solver_row_error'])
 
@@ -159,3 +207,29 @@ def test_sparsity_router_reports_the_solver_health():
   # rebalance: no fallback.
   fallbacks, row_error = solver_metrics([3, 2, 1, -2], [1.0, 0.5])
   assert fallbacks == 0.0 and row_error < solver_metrics([3, 2, 1, -2], [1.0, 0.5], steps=0)[1]
+
+
+def test_training_noise_has_std_noise_std_over_e_and_feeds_the_combine_weights():
+  # Two experts at c = 2: each expert's buffer holds every token (C = 2 * 256 / 2 = 256), so no
+  # selection biases the sample. A slot's combine weight w = softmax(noisy logits)[token, 0]
+  # gives back the routed logit difference log(w / (1 - w)) = (l0 - l1) + (n0 - n1); with std
+  # noise_std / E per logit, n0 - n1 has std sqrt(2) * noise_std / E = 0.7071 for noise_std = 1.
+  config = router_lib.RouterConfig(name='softmax_ec', capacity_factor=2, noise_std=1.0)
+  x = jax.random.normal(jax.random.PRNGKey(0), (8, 256, 16))
+  module = router_lib.Router(config, num_experts=2)
+  variables = module.init(jax.random.PRNGKey(1), x, train=False)
+  clean = jnp.einsum('gsd,de->gse', x, variables['params']['kernel'])
+
+  def routed_differences(train):
+    routing, _ = module.apply(variables, x, train=train, rngs={'gating': jax.random.PRNGKey(2)})
+    w = routing.slot_weight[:, 0]                                # (G, C): expert 0's slots.
+    diff = jnp.take_along_axis(clean[..., 0] - clean[..., 1], routing.slot_token[:, 0], axis=1)
+    return np.asarray(jnp.log(w / (1 - w)) - diff).ravel()
+  # Evaluation: no noise, the combine weights are the clean softmax (float32 rounding of w near
+  # 1 bounds the recovered difference's error; |l0 - l1| < 4 here, so w <= 0.98 and the error is
+  # a few ulps of 1 / (1 - w) ~ 50: < 1e-4).
+  assert np.abs(routed_differences(False)).max() < 1e-4
+  noise = routed_differences(True)
+  # 8 groups x 256 slots = 2048 samples: the sample std's relative error is about
+  # 1 / sqrt(2 * 2048) = 1.6%, 5 sigma 7.8%. Without the / E the std would be twice as large.
+  assert noise.size == 2048 and abs(noise.std() / (np.sqrt(2) * 1.0 / 2) - 1) < 0.078

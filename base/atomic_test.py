@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from vmoe import atomic
+from base import atomic
 
 
 def test_write_json_round_trips_and_leaves_no_temporary_files(tmp_path):
@@ -24,11 +24,24 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
   assert os.listdir(tmp_path) == ['summary.json']
 
 
-def test_files_get_the_usual_permissions_not_owner_only(tmp_path):
-  old = os.umask(0o022)
+@pytest.mark.parametrize('umask,mode', [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_files_get_the_umask_derived_mode_not_owner_only(tmp_path, umask, mode):
+  # 0666 less the umask, as open() gives: 0666 & ~022 = 0644, & ~002 = 0664, & ~077 = 0600.
+  old = os.umask(umask)
   try:
     atomic.write_bytes(str(tmp_path / 'figure.png'), b'\x89PNG')
   finally:
     os.umask(old)
   assert (tmp_path / 'figure.png').read_bytes() == b'\x89PNG'
-  assert (tmp_path / 'figure.png').stat().st_mode & 0o777 == 0o644     # 0666 less umask 022.
+  assert (tmp_path / 'figure.png').stat().st_mode & 0o777 == mode
+
+
+def test_writing_a_stream_that_fails_midway_keeps_the_old_file(tmp_path):
+  path = tmp_path / 'labels.npy'
+  with atomic.writing(str(path)) as f:
+    f.write(b'old')
+  with pytest.raises(RuntimeError):
+    with atomic.writing(str(path)) as f:
+      f.write(b'half of the new')
+      raise RuntimeError('killed')
+  assert path.read_bytes() == b'old' and os.listdir(tmp_path) == ['labels.npy']

@@ -1,0 +1,64 @@
+"""The data section of a config (`config.data`) and the source it reads, as typed records.
+
+`DataSource` names a data set's records: the source (data/sources.py SOURCES), where it is stored,
+for user files their glob and format, and whether they are cached decoded. It identifies a split's records in the pipeline's
+caches, and data/prepare.py builds sources by name. `DataConfig` adds what the trainer reads of
+them: the splits, the pp strings, the class count and shuffling. Few-shot sets are DataSources
+(vmoe/train_evals.py). configs/ build
+`config.data` from `DataConfig`, so its defaults are the configs'.
+
+Light on purpose (no TensorFlow): the configs' parse imports it before anything heavy loads; the
+checks that need the data itself are sources.check_available's.
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSource:
+  """Where a data set's records are: data.name and its directories or files.
+
+  name: a source of data/sources.py (name[/release] for ImageNet-21k). data_dir: where TFDS keeps
+  prepared data sets (None: TFDS's default). manual_dir: where archives downloaded by hand are
+  (Fashion-MNIST's IDX files; None: the Debian package's directory). files, file_format: the
+  glob and format of multilabel_records files. cache: decode a split once and keep it in memory
+  (the small embedded sets).
+  """
+  name: str
+  data_dir: str | None = None
+  manual_dir: str | None = None
+  files: str | None = None
+  file_format: str | None = None
+  cache: bool = False
+
+  @property
+  def source(self) -> 'DataSource':
+    """The records alone (hashable: the key of the pipeline's caches)."""
+    return DataSource(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DataSource)})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig(DataSource):
+  """`config.data`: training and held-out splits of one source, their pp strings and classes.
+
+  pp_train / pp_eval: pp strings (data/ops.py) ending in float32 'image' and one-hot 'labels'.
+  shuffle_buffer: the locality of the training order (data/pipeline.py; >= the split: a uniform
+  permutation). train_images: the training split's size num_train_steps counts epochs of (checked by
+  sources.check_available); None counts no epochs.
+  """
+  train_split: str
+  eval_split: str
+  pp_train: str
+  pp_eval: str
+  num_classes: int
+  shuffle_buffer: int
+  train_images: int | None = None
+
+  def __post_init__(self):
+    if self.num_classes < 1:
+      raise ValueError(f'data.num_classes must be >= 1, got {self.num_classes}.')
+    if self.shuffle_buffer < 1:
+      raise ValueError(f'data.shuffle_buffer must be >= 1 (1 keeps the stored order), got '
+                       f'{self.shuffle_buffer}.')
+    if self.train_images is not None and self.train_images < 1:
+      raise ValueError(f'data.train_images must be >= 1 or None, got {self.train_images}.')
+

@@ -1,0 +1,81 @@
+"""The experiment record: a run's config as typed sections, each owned by its module.
+
+configs/experiment.py parses an ml-collections config into an `Experiment` once, at the start of
+a run; library code then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the
+config tree. `to_dict()` has the config's layout, so a recorded run's config parses again.
+"""
+import dataclasses
+import json
+
+from data import config as data_config
+from evaluation import classify
+from evaluation import fewshot
+from vmoe import checkpointing
+from vmoe import losses
+from vmoe import moe as moe_lib
+from vmoe import optim
+from vmoe import sharding
+from vmoe import vit
+
+WANDB_MODES = ('offline', 'online', 'disabled')
+DENSE = 'dense'   # The router name of configs without MoE layers (moe.num_experts = 0).
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbConfig:
+  """`config.wandb`: offline by default (no network); 'online' syncs, 'disabled' skips wandb."""
+  project: str
+  mode: str = 'offline'
+
+  def __post_init__(self):
+    if self.mode not in WANDB_MODES:
+      raise ValueError(f'unknown wandb.mode {self.mode!r}; valid: {", ".join(WANDB_MODES)}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """Run-level keys and the sections of one run.
+
+  seed: the initialisation, data order and step keys. batch_size: images per step over all
+  devices. loss: vmoe/losses.py LOSSES ('sigmoid_xent' for multi-label data). mixup_alpha: the
+  mixup concentration (0: off). log_every_steps: how often metrics are written. config_arg: the
+  config file's argument ('c=2,runlocal=False'), as recorded. The checks that span sections
+  (batches into routing groups over devices, MoE placement and capacity against the model) are
+  configs/experiment.py's `check`.
+  """
+  seed: int
+  batch_size: int
+  num_train_steps: int
+  loss: str
+  mixup_alpha: float
+  log_every_steps: int
+  model: vit.ModelConfig
+  moe: moe_lib.MoeConfig
+  data: data_config.DataConfig
+  optimizer: optim.OptimizerConfig
+  schedule: optim.ScheduleConfig
+  eval: classify.EvalConfig
+  fewshot: fewshot.FewShotConfig
+  checkpoint: checkpointing.CheckpointConfig
+  wandb: WandbConfig
+  mesh: sharding.MeshConfig
+  config_arg: str = ''
+
+  def __post_init__(self):
+    if not isinstance(self.seed, int) or self.seed < 0:
+      raise ValueError(f'seed must be a non-negative int, got {self.seed!r}.')
+    for key in ('batch_size', 'num_train_steps', 'log_every_steps'):
+      if getattr(self, key) < 1:
+        raise ValueError(f'{key} must be >= 1, got {getattr(self, key)}.')
+    losses.get_loss(self.loss)     # An unknown loss fails listing the valid ones.
+    if self.mixup_alpha < 0:
+      raise ValueError(f'mixup_alpha must be >= 0 (0 turns mixup off), got {self.mixup_alpha}.')
+
+  @property
+  def router_name(self) -> str:
+    """The router's name, or 'dense' for a model without MoE layers."""
+    return self.moe.router.name if self.moe.router is not None else DENSE
+
+  def to_dict(self) -> dict:
+    """The resolved config as JSON types (tuples as lists), in the config's layout."""
+    return json.loads(json.dumps(dataclasses.asdict(self)))

@@ -1,0 +1,72 @@
+"""What a training run tells those who start it and read it (launch.sweep, results/).
+
+A light module on purpose (no jax): the sweep and the tables read these without importing the
+trainer.
+"""
+import dataclasses
+import signal
+
+# WORKDIR/SUMMARY_FILE is written atomically as the run's last act: it exists iff the run finished.
+SUMMARY_FILE = 'summary.json'
+# WORKDIR/CONFIG_FILE: the run's resolved config (Experiment.to_dict()), written at its start; a
+# resumed run must have the same one, and configs/experiment.py parses it back.
+CONFIG_FILE = 'config.json'
+# The trainer's exit status after it saved its checkpoint on Ctrl-C or SIGTERM: 128 + SIGINT, the
+# status a shell gives a process killed by Ctrl-C, so the sweep stops as if it had been.
+INTERRUPTED = 128 + signal.SIGINT
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+  """summary.json: what a finished run trained, what it reached and what it cost.
+
+  Identity (the seeds of one identity form a table row): arch, dataset, router ('dense' without
+  MoE layers), capacity (c, or k for token choice; None for a dense model), softmax_combine.
+  config / config_arg: the config file and its argument; resolved_config: the run's whole
+  config after parsing (vmoe.experiment.Experiment.to_dict()), so that runs of one row can be
+  checked to differ only in their seed. Results: upstream_prec1 (the last evaluation),
+  fewshot / fewshot_cv ({dataset: {shots: accuracy}}, best-l2 and CV conventions),
+  router_metrics, eval_history ([{step, upstream_prec1}]). Cost: train_device_seconds (summed
+  over devices), device_kind, num_devices, flops_per_step, compile_seconds. Summaries written
+  before a key existed read it as None.
+  """
+  arch: str
+  dataset: str
+  router: str
+  capacity: float | None
+  softmax_combine: bool = True
+  seed: int = 0
+  config: str = ''
+  config_arg: str = ''
+  steps: int | None = None
+  num_params: int | None = None
+  upstream_prec1: float | None = None
+  fewshot: dict | None = None
+  fewshot_cv: dict | None = None
+  train_device_seconds: float | None = None
+  device_kind: str | None = None
+  num_devices: int | None = None
+  flops_per_step: float | None = None
+  compile_seconds: float | None = None
+  router_metrics: dict | None = None
+  eval_history: list | None = None
+  resolved_config: dict | None = None
+
+  def to_dict(self) -> dict:
+    """The JSON object written to summary.json."""
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values) -> 'RunSummary':
+    """Reads a summary.json object; fails naming the identity keys it lacks. Keys this class
+    does not know (a newer trainer's) are ignored."""
+    if not isinstance(values, dict):
+      raise ValueError('not a JSON object')
+    missing = [k for k in ('arch', 'dataset', 'router') if values.get(k) is None]
+    if values.get('capacity') is None and values.get('router') != 'dense':
+      missing.append('capacity')
+    if missing:
+      raise ValueError(f'lacks {", ".join(missing)}')
+    known = {f.name for f in dataclasses.fields(cls)}
+    present = {k: v for k, v in values.items() if k in known and v is not None}
+    return cls(**{'capacity': None, **present})
