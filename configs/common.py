@@ -91,6 +91,17 @@ def _format(value) -> str:
 NOISY_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec')
 
 
+def override(config: mlc.ConfigDict, changes: dict) -> mlc.ConfigDict:
+  """Sets {'dotted.key': value} in config, as --config.dotted.key=value would; returns config."""
+  for key, value in changes.items():
+    node = config
+    *parents, leaf = key.split('.')
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
 def moe_config(router: str, capacity: float, num_experts: int, group_size: int) -> mlc.ConfigDict:
   """`config.moe`: MoE every other block, `num_experts` experts, routing groups of images.
 

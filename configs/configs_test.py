@@ -229,14 +229,7 @@ def test_bare_key_means_true():
 
 def _tiny(**changes):
   """configs/tiny.py (XS/7, E=8, groups of 16 images, batch 64) with `changes` applied."""
-  config = load('tiny', 'router=softmax_tc')
-  for key, value in changes.items():
-    node = config
-    *parents, leaf = key.split('.')
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+  return common.override(load('tiny', 'router=softmax_tc'), changes)
 
 
 @pytest.mark.parametrize('changes,num_devices,message', [

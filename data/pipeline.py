@@ -198,10 +198,7 @@ def _cached(source: data_config_lib.DataSource, split: str, prefix: tuple) -> di
   steps = ops.build('|'.join(prefix)) if prefix else []
   arrays = _collect(Reader(records, steps, '|'.join(prefix), None), lambda example: example)
   if path and all(a.dtype != object for a in arrays.values()):   # .npz loads no pickles.
-    try:
-      _save_atomically(path, arrays)
-    except OSError as e:   # A read-only data_dir: keep the arrays in memory only.
-      logging.warning('Cannot save the decoded split %s: %s', path, e)
+    _keep(path, arrays, 'the decoded split')
   return arrays
 
 
@@ -227,10 +224,7 @@ def _labels(source: data_config_lib.DataSource, split: str) -> np.ndarray:
   reader = Reader(records, [], '', None)
   labels = _collect(reader, lambda example: {'label': example['label']})['label']
   if path and os.path.isdir(os.path.dirname(path)):
-    try:
-      _save_atomically(path, labels)
-    except OSError as e:   # A read-only data_dir: keep the labels in memory only.
-      logging.warning('Cannot save the label index %s: %s', path, e)
+    _keep(path, labels, 'the label index')
   return labels
 
 
@@ -242,6 +236,14 @@ def _save_atomically(path: str, value) -> None:
       np.savez(f, **value)
     else:
       np.save(f, value)
+
+
+def _keep(path: str, value, what: str) -> None:
+  """Saves `value` for later processes; on a read-only data_dir only warns (it stays in memory)."""
+  try:
+    _save_atomically(path, value)
+  except OSError as e:
+    logging.warning('Cannot save %s %s: %s', what, path, e)
 
 
 def _collect(reader: Reader, select) -> dict:

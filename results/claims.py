@@ -266,8 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   source.add_argument('--runs', help='Directory searched for summary.json files.')
   source.add_argument('--paper', action='store_true', help='Check the paper\'s own numbers.')
   parser.add_argument('--out', required=True, help='Markdown file to write.')
-  parser.add_argument('--step-times', default=cost.DEFAULT_STEP_TIMES,
-                      help='bench/train_step.py result for the controlled cost (results/cost.py).')
+  cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   if args.paper:
     rows = paper_rows()

@@ -77,3 +77,9 @@ def axis_label(runs, path: str) -> str:
   if step_times and arch in archs:
     return f'training device-hours (controlled for {arch}, wall-clock for others)'
   return 'wall-clock training device-hours'
+
+
+def add_step_times_flag(parser) -> None:
+  """--step-times: the benchmark result that prices runs (for tables, claims and figures)."""
+  parser.add_argument('--step-times', default=DEFAULT_STEP_TIMES,
+                      help='bench/train_step.py result for the controlled cost (results/cost.py).')

@@ -187,8 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description='The paper\'s figures from summary.json files.')
   parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
   parser.add_argument('--out', required=True, help='Directory for the PNG files.')
-  parser.add_argument('--step-times', default=cost_lib.DEFAULT_STEP_TIMES,
-                      help='bench/train_step.py result for the controlled cost (results/cost.py).')
+  cost_lib.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   for problem in problems:

@@ -228,8 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
   parser.add_argument('--out', required=True, help='Directory for the tables and figures.')
   parser.add_argument('--no-figures', action='store_true', help='Write the tables only.')
-  parser.add_argument('--step-times', default=cost.DEFAULT_STEP_TIMES,
-                      help='bench/train_step.py result for the controlled cost (results/cost.py).')
+  cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   if not runs:

@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import common
 from configs import experiment
 from configs import tiny
 from data import sources
-from vmoe import train_evals
 from vmoe import observability
 from vmoe import run_protocol
+from vmoe import train_evals
 from vmoe import train_step as train_lib
 from vmoe import trainer
 
@@ -32,13 +33,7 @@ SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_eve
 
 def short_config(router='softmax_ec', **overrides):
   """The short run's experiment record (configs/tiny.py with SHORT's overrides)."""
-  config = tiny.get_config(f'router={router}')
-  for key, value in {**SHORT[1], **overrides}.items():
-    node = config
-    *parents, leaf = key.split('.')
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  config = common.override(tiny.get_config(f'router={router}'), {**SHORT[1], **overrides})
   config.fewshot.datasets = {'digits': ('train', 'test')}
   return experiment.parse(config)
 
