@@ -7,7 +7,7 @@
 #   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
 #                  runs are skipped, so a killed sweep resumes
-#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models (~11 CPU-min)
+#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models (~50 CPU-min, estimated)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -52,6 +52,7 @@ test: install
 bench: install
 	$(PY) -m bench.moe_layer --all --groups 16 --out bench/results/moe_layer.json
 	$(PY) -m bench.train_step --out bench/results/train_step.json
+	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json

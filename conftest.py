@@ -4,9 +4,55 @@ Most of the suite's time is XLA:CPU compiling small functions, so tests run unde
 flags (base/fast_compile.py), a good trade for tests. Every comparison in a test runs both sides
 under the same flags, and subprocesses that tests start inherit them. Benchmarks run as their own
 processes (python -m bench.NAME) and do not see them.
+
+The `hard_deadline` fixture is base/watchdog.py's backstop for tests of background threads;
+`once_per_session` shares a costly result among the session's pytest-xdist workers.
 """
+import fcntl
+import functools
+import json
 import os
 
+import pytest
+
+from base import atomic
 from base import fast_compile
+from base import watchdog
 
 os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {fast_compile.as_xla_flags()}'.strip()
+_STDERR = []   # A copy of the session's real stderr, made before pytest captures it.
+
+
+def pytest_configure(config):
+  del config
+  _STDERR.append(os.dup(2))
+
+
+@pytest.fixture
+def hard_deadline():
+  """watchdog.hard_deadline(seconds) writing to the real stderr: during a test, fd 2 goes to a
+  capture file that dies with the process."""
+  return functools.partial(watchdog.hard_deadline, file=_STDERR[0])
+
+
+@pytest.fixture(scope='session')
+def once_per_session(tmp_path_factory):
+  """once(name, compute) -> compute()'s JSON-able result, computed once per test session.
+
+  For results that cost minutes of subprocesses (vmoe/multidevice_test.py, main_test.py). Under
+  pytest-xdist every worker that gets a test needing the result asks for it: the first to take a
+  lock in the session's shared temporary directory computes it and leaves it there as NAME.json;
+  the others wait for the lock and read it.
+  """
+  session_dir = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    session_dir = session_dir.parent          # .../pytest-N, above each worker's popen-gwK.
+
+  def once(name: str, compute):
+    path = session_dir / f'{name}.json'
+    with open(session_dir / f'{name}.lock', 'w', encoding='utf-8') as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      if not path.exists():
+        atomic.write_json(str(path), compute())
+    return json.loads(path.read_text())
+  return once

@@ -18,6 +18,7 @@ import math
 
 import ml_collections as mlc
 
+from base import errors
 from configs import experiment
 from data import config as data_config
 from evaluation import classify
@@ -62,7 +63,8 @@ def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
   for item in filter(None, (part.strip() for part in (arg or '').split(','))):
     key, has_value, text = (s.strip() for s in item.partition('='))
     if key not in spec:
-      raise ValueError(f'unknown config argument {key!r} in {arg!r}; valid: {", ".join(spec)}.')
+      raise errors.UserError(f'unknown config argument {key!r} in {arg!r}; valid: '
+                             f'{", ".join(spec)}.')
     values[key] = _cast(key, text if has_value else 'True', type(spec[key]))
   parsed = mlc.ConfigDict(values)
   parsed.canonical = ','.join(f'{k}={_format(v)}' for k, v in values.items())
@@ -72,12 +74,13 @@ def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
 def _cast(key: str, text: str, kind: type):
   if kind is bool:
     if text.lower() not in ('true', 'false', '1', '0'):
-      raise ValueError(f'config argument {key}={text!r}: expected True or False.')
+      raise errors.UserError(f'config argument {key}={text!r}: expected True or False.')
     return text.lower() in ('true', '1')
   try:
     return kind(text)
   except ValueError:
-    raise ValueError(f'config argument {key}={text!r}: expected a {kind.__name__}.') from None
+    raise errors.UserError(f'config argument {key}={text!r}: expected a {kind.__name__}.'
+                           ) from None
 
 
 def _format(value) -> str:
@@ -126,7 +129,8 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
         importance_loss_weight=0.005 if balanced else 0.0,
         load_loss_weight=0.005 if balanced else 0.0)
   except ValueError as e:
-    raise ValueError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
+    # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
+    raise errors.UserError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
   config = experiment.section(moe_lib.MoeConfig(
       num_experts=0 if router == DENSE else num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
@@ -231,7 +235,8 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   for a 2-step CPU run on embedded data (see `runlocal`; no ImageNet needed).
   """
   if variant not in PAPER_PEAK_LR:
-    raise ValueError(f'the paper has no {variant!r} model; valid: {", ".join(PAPER_PEAK_LR)}.')
+    raise errors.UserError(f'the paper has no {variant!r} model; valid: '
+                           f'{", ".join(PAPER_PEAK_LR)}.')
   arg = parse_arg(arg, c=1.0, runlocal=False)
   image_size = 224                                     # V-MoE: inception_crop(224).
   config = mlc.ConfigDict()
@@ -248,6 +253,10 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
                               head_bias_init=-10.0)   # V-MoE pretrain_imagenet21k.py.
   # Paper "Models": E = 32 experts, Every-2; V-MoE: groups of 8 images (min batch per device).
   config.moe = moe_config(router, arg.c, num_experts=32, group_size=8)
+  # V-MoE i21k: dispatcher.bfloat16 = True (its Bfloat16Dispatcher; the Soft MoE router always
+  # wraps it): tokens go to and from the experts in bfloat16 around a float32 model. Full
+  # bfloat16 compute is --config.model.dtype=bfloat16 (vit.ModelConfig).
+  config.moe.dispatch_dtype = 'bfloat16'
   config.data = _imagenet21k_data(image_size)
   # V-MoE: Adam (0.9, 0.999), weight_decay = [('.*/kernel', 0.1)] decoupled, gradient_clip 1.0
   # (optim.OptimizerConfig's defaults but the decay).
@@ -261,8 +270,10 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
                                   _imagenet_fewshot_pp(image_size), batch_size=4096,
                                   every_steps=25_000)
-  # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background (CheckpointConfig's).
-  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=1_000))
+  # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background. keep = 2 here, so that a
+  # corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py; fidelity doc).
+  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=1_000,
+                                                                        keep=2))
   config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers'))
   config.mesh = experiment.section(sharding.MeshConfig())     # Every device on 'data'.
   if arg.runlocal:

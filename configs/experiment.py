@@ -3,17 +3,23 @@
 `parse(config)` builds a vmoe.experiment.Experiment: every section through its owner's frozen
 dataclass, which checks its own values (vit.ModelConfig, moe.MoeConfig holding a
 router.RouterConfig, data.config.DataConfig, ...), then `check` runs the checks that span
-sections. Errors name the key to change. main.py calls `parse` before anything compiles.
+sections, and the batch sizes are fitted to the devices (configs/batches.py). Errors are
+base/errors.py UserErrors naming the key to change: the sections' own checks raise ValueError (they
+also guard programmatic use), and `parse`, where a user's config comes in, turns those into
+UserErrors. main.py calls `parse` before anything compiles.
 
 `section(instance)` goes the other way: the configs build their blocks from the section
 dataclasses (configs/common.py), so every default lives in one place, the dataclass.
 """
+from collections.abc import Collection
 import dataclasses
 import typing
 
 import jax
 import ml_collections as mlc
 
+from base import errors
+from configs import batches
 from data import config as data_config
 from evaluation import classify
 from evaluation import fewshot
@@ -59,10 +65,16 @@ def _optional_type(annotation) -> type:
   return types[0] if len(types) == 1 else object
 
 
-def parse(config: mlc.ConfigDict | dict,
-          num_devices: int | None = None) -> experiment_lib.Experiment:
+def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
+          fixed: Collection[str] | None = None) -> experiment_lib.Experiment:
   """The experiment record of `config` (a config, or a recorded one: the dict of a run's
-  config.json), checked (see `check`); fails naming the key to change."""
+  config.json), checked (see `check`) and with its batch sizes fitted to `num_devices` (default:
+  all of jax.devices()); fails with a UserError naming the key to change.
+
+  fixed: the dotted keys the user set on the command line (main.py): batch sizes among them are
+  never changed, only refused (configs/batches.py `fit`). None: every key is fixed.
+  """
+  num_devices = jax.device_count() if num_devices is None else num_devices
   tree = config.to_dict() if isinstance(config, mlc.ConfigDict) else dict(config)
   sections = {key: _build(cls, tree.get(key), key) for key, cls in SECTIONS.items()}
   moe = dict(_block(tree.get('moe'), 'moe'))
@@ -73,12 +85,12 @@ def parse(config: mlc.ConfigDict | dict,
   run = {k: v for k, v in tree.items() if k not in sections}
   experiment = _build(experiment_lib.Experiment, {**run, **sections}, 'config')
   check(experiment, num_devices)
-  return experiment
+  return batches.fit(experiment, num_devices, fixed)
 
 
 def _block(values, where: str) -> dict:
   if not isinstance(values, dict):
-    raise ValueError(f'config.{where} is missing or not a block; build it with the '
+    raise errors.UserError(f'config.{where} is missing or not a block; build it with the '
                      'configs/common.py helpers.')
   return values
 
@@ -90,48 +102,41 @@ def _build(cls, values, where: str):
   prefix = '' if where == 'config' else f'{where}.'
   unknown = sorted(set(values) - set(fields))
   if unknown:
-    raise ValueError(f'unknown config key(s) {", ".join(prefix + k for k in unknown)}; valid: '
-                     f'{", ".join(prefix + k for k in fields)}.')
+    raise errors.UserError(f'unknown config key(s) {", ".join(prefix + k for k in unknown)}; '
+                           f'valid: {", ".join(prefix + k for k in fields)}.')
   required = [name for name, f in fields.items() if f.default is dataclasses.MISSING
               and f.default_factory is dataclasses.MISSING and name not in values]
   if required:
-    raise ValueError(f'the config lacks {", ".join(prefix + k for k in required)}.')
+    raise errors.UserError(f'the config lacks {", ".join(prefix + k for k in required)}.')
   try:
     return cls(**values)
   except (TypeError, ValueError) as e:
     named = where == 'config' or prefix in str(e)     # The message already names the key.
-    raise ValueError(str(e) if named else f'{where}: {e}') from None
+    raise errors.UserError(str(e) if named else f'{where}: {e}') from None
 
 
 def check(experiment: experiment_lib.Experiment, num_devices: int | None = None) -> None:
-  """The checks that span sections; each error says which value to change.
+  """The checks that span sections, but the batch sizes' (configs/batches.py); each error is a
+  UserError saying which value to change.
 
   The model's classes are the data's; MoE layers fit the model (placement, capacity of the
-  routing groups' tokens); and every batch the model sees (training, eval, few-shot) splits over
-  `num_devices` (default: all of jax.devices()) into whole routing groups on each device.
+  routing groups' tokens); the mesh fits `num_devices` (default: all of jax.devices()) and its
+  expert axis splits the experts.
   """
   num_devices = jax.device_count() if num_devices is None else num_devices
   model, moe = experiment.model, experiment.moe
   if model.num_classes != experiment.data.num_classes:
-    raise ValueError(f'model.num_classes={model.num_classes} but the data has '
-                     f'{experiment.data.num_classes} classes (data.num_classes); make them equal.')
-  vit.build_model(model, moe)     # Fails when moe.every places no MoE layer in the model.
-  if moe.num_experts > 0:
-    moe.router.capacity(moe.images_per_group * model.tokens_per_image, moe.num_experts)
-  batches = {'batch_size': experiment.batch_size, 'eval.batch_size': experiment.eval.batch_size,
-             'fewshot.batch_size': experiment.fewshot.batch_size}
-  for key, batch_size in batches.items():
-    _check_batch(key, batch_size, num_devices, moe)
-
-
-def _check_batch(key: str, batch_size: int, num_devices: int, moe: moe_lib.MoeConfig) -> None:
-  """Each device's share of the batch is a whole number of routing groups."""
-  if batch_size < 1 or batch_size % num_devices:
-    raise ValueError(f'{key}={batch_size} does not split over {num_devices} devices; use a '
-                     f'positive multiple of {num_devices}.')
-  per_device = batch_size // num_devices
-  if moe.num_experts > 0 and per_device % moe.group_size:
-    raise ValueError(f'{key}={batch_size} gives {per_device} images per device, not a multiple '
-                     f'of moe.group_size={moe.group_size} images per routing group; change '
-                     f'{key} to a multiple of {num_devices * moe.group_size} or change '
-                     'moe.group_size.')
+    raise errors.UserError(f'model.num_classes={model.num_classes} but the data has '
+                           f'{experiment.data.num_classes} classes (data.num_classes); make them '
+                           'equal.')
+  try:
+    vit.build_model(model, moe)     # Fails when moe.every places no MoE layer in the model.
+    if moe.num_experts > 0:
+      moe.router.capacity(moe.images_per_group * model.tokens_per_image, moe.num_experts)
+    sharding.mesh_shape(experiment.mesh, num_devices)
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
+  if moe.num_experts % experiment.mesh.expert:
+    raise errors.UserError(f'moe.num_experts={moe.num_experts} experts do not split over '
+                           f'mesh.expert={experiment.mesh.expert} devices; set '
+                           f'--config.mesh.expert to a divisor of {moe.num_experts}.')

@@ -36,6 +36,8 @@ SHARED_RECIPE = {
     'moe.every': 2, 'moe.num_experts': 32, 'moe.group_size': 8,
     'moe.expert_init': 'shared',               # split_rngs=False: one init for every expert.
     'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/moe_test.py).
+    'moe.dispatch_dtype': 'bfloat16',          # dispatcher.bfloat16 = True (fidelity D3).
+    'model.dtype': 'float32', 'model.remat': False,   # Float32 model (V-MoE's); no remat.
     'moe.router.softmax_combine': True,        # Paper Sec. 3.2-3.5.
     'moe.router.sinkhorn_iters': 20,           # ot_routing's maxiter.
     'moe.router.capacity_rounding': 'round_half_even',   # Paper Sec. 2's round(); V-MoE's round.
@@ -47,7 +49,9 @@ SHARED_RECIPE = {
     'fewshot.every_steps': 25_000, 'fewshot.batch_size': 4096,
     'seed': 0,
     'log_every_steps': 100,
-    'checkpoint.every_steps': 1000, 'checkpoint.keep': 1, 'checkpoint.asynchronous': True,
+    # keep: 2, where V-MoE's keep_last is 1: a deliberate deviation, so that a corrupt newest
+    # checkpoint leaves one to resume from (vmoe/checkpointing.py restore_latest).
+    'checkpoint.every_steps': 1000, 'checkpoint.keep': 2, 'checkpoint.asynchronous': True,
     'wandb.mode': 'offline', 'wandb.project': 'vmoe-routers',   # Project-only.
     'mesh.data': -1, 'mesh.expert': 1,         # Data-parallel; --config.mesh.expert shards.
 }

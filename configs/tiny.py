@@ -78,7 +78,8 @@ def get_config(arg=None):
       {'digits': ('train', 'test'), 'fashion_mnist': ('train', 'test')},
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
-  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=500))
+  # keep = 2: a corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py).
+  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=500, keep=2))
   config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers-tiny'))
   config.mesh = experiment.section(sharding.MeshConfig())
   if arg.runlocal:

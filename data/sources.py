@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from base import errors
 from data import embedded
 from data import imagenet21k
 from data import ops
@@ -93,9 +94,9 @@ class TfdsSource:
     """The prepared builder; embedded sets are prepared here, others fail with the steps."""
     builder = self._prepared(data_config, release)
     if not builder.is_prepared():
-      raise FileNotFoundError(self.missing(data_config, builder))
+      raise errors.MissingInput(self.missing(data_config, builder))
     if ARRAY_RECORD not in builder.info.available_file_formats():
-      raise FileNotFoundError(_convert_steps(builder))
+      raise errors.MissingInput(_convert_steps(builder))
     return builder
 
   def _prepared(self, data_config, release):
@@ -120,7 +121,7 @@ class TfdsSource:
       try:
         sizes.append(builder.info.splits[spec].num_examples)
       except (KeyError, ValueError, AssertionError) as e:
-        raise ValueError(self._bad_split(builder, split, e)) from None
+        raise errors.UserError(self._bad_split(builder, split, e)) from None
     return builder.info.features['label'].num_classes, sizes
 
   def _bad_split(self, builder, split: str, error: Exception) -> str:
@@ -138,7 +139,7 @@ class TfdsSource:
           spec, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
     except Exception as e:  # TFDS raises several types for a missing or unsliceable split.
       self.builder(data_config, release)   # Raises the steps if the data is missing.
-      raise ValueError(self._bad_split(builder, split, e)) from e
+      raise errors.UserError(self._bad_split(builder, split, e)) from e
     features = builder.info.features
     skip_image = {'image': tfds.decode.SkipDecoding()}
     return Records(
@@ -193,7 +194,7 @@ def _prepare_embedded(data_config, builder):
   except Exception as e:  # Download errors come in many types; all get the same advice.
     if builder.name != 'fashion_mnist':
       raise
-    raise FileNotFoundError(
+    raise errors.MissingInput(
         f'Fashion-MNIST: {_fashion_mnist_dir(data_config)} does not exist and TFDS could not '
         f'download fashion_mnist ({type(e).__name__}: {e}). Either\n'
         '  install the IDX files: sudo apt-get install dataset-fashion-mnist (or `make install`), '
@@ -228,8 +229,8 @@ def _digits_builder(data_config, release, **kwargs):
 def _imagenet21k_builder(data_config, release, **kwargs):
   names = [r.name for r in imagenet21k.RELEASES]
   if release is not None and release not in names:
-    raise ValueError(f'unknown ImageNet-21k release {release!r} in data.name; valid: '
-                     f'{", ".join("imagenet21k/" + n for n in names)}.')
+    raise errors.UserError(f'unknown ImageNet-21k release {release!r} in data.name; valid: '
+                           f'{", ".join("imagenet21k/" + n for n in names)}.')
   return imagenet21k.Imagenet21k(config=release or names[0], data_dir=data_config.data_dir,
                                  **kwargs)
 
@@ -297,7 +298,7 @@ def _slice(split: str, num_examples: int, description: str) -> tuple[int, int]:
   stop = bound(match.group(4) or '', match.group(5), num_examples)
   start, stop, _ = slice(start, stop).indices(num_examples)
   if stop <= start:
-    raise ValueError(f'{description}: split {split!r} selects no records of {num_examples}.')
+    raise errors.UserError(f'{description}: split {split!r} selects no records of {num_examples}.')
   return start, stop
 
 
@@ -308,21 +309,23 @@ class RecordFilesSource:
 
   def _pattern(self, data_config, split: str) -> tuple[str, str]:
     if not data_config.files:
-      raise ValueError('multilabel_records needs data.files, a glob of TFRecord or ArrayRecord '
-                       'files (e.g. --config.data.files="/data/jft/{split}-*.tfrecord").')
+      raise errors.UserError('multilabel_records needs data.files, a glob of TFRecord or '
+                             'ArrayRecord files (e.g. '
+                             '--config.data.files="/data/jft/{split}-*.tfrecord").')
     if data_config.file_format not in records_lib.FILE_FORMATS:
-      raise ValueError(f'unknown data.file_format {data_config.file_format!r}; valid: '
-                       f'{", ".join(records_lib.FILE_FORMATS)}.')
+      raise errors.UserError(f'unknown data.file_format {data_config.file_format!r}; valid: '
+                             f'{", ".join(records_lib.FILE_FORMATS)}.')
     match = _SLICE.fullmatch(split)
     if not match:
-      raise ValueError(f'bad split {split!r}; write NAME or NAME[start:stop] (ints or percents).')
+      raise errors.UserError(f'bad split {split!r}; write NAME or NAME[start:stop] (ints or '
+                             'percents).')
     name = match.group(1)
     if '{split}' in data_config.files:
       return name, data_config.files.replace('{split}', name)
     if name != 'all':
-      raise ValueError(f'data.files={data_config.files!r} has no {{split}} placeholder, so its '
-                       f'only split is "all" (got {split!r}); put {{split}} in the glob to have '
-                       'named splits.')
+      raise errors.UserError(f'data.files={data_config.files!r} has no {{split}} placeholder, so '
+                             f'its only split is "all" (got {split!r}); put {{split}} in the glob '
+                             'to have named splits.')
     return name, data_config.files
 
   def _files(self, data_config, split: str) -> records_lib.RecordFiles:
@@ -330,7 +333,7 @@ class RecordFilesSource:
     try:
       files = records_lib.match_files(pattern)
     except FileNotFoundError as e:
-      raise FileNotFoundError(
+      raise errors.MissingInput(
           f'multilabel_records split {split!r}: {e}. Write the records (data/records.py: '
           'serialize_example) and set --config.data.files to their glob.') from None
     return records_lib.RecordFiles(files, data_config.file_format)
@@ -381,10 +384,11 @@ def get_source(name: str):
   """'name' or 'name/release' -> (source, release or None); unknown names list the valid ones."""
   base, _, release = name.partition('/')
   if base not in SOURCES:
-    raise ValueError(f'unknown data.name {name!r}; valid: {", ".join(sorted(SOURCES))} '
-                     '(imagenet21k/fall11 or imagenet21k/winter21 pick a release).')
+    raise errors.UserError(f'unknown data.name {name!r}; valid: {", ".join(sorted(SOURCES))} '
+                           '(imagenet21k/fall11 or imagenet21k/winter21 pick a release).')
   if release and base != 'imagenet21k':
-    raise ValueError(f'data.name {name!r}: only imagenet21k has releases (/fall11, /winter21).')
+    raise errors.UserError(f'data.name {name!r}: only imagenet21k has releases (/fall11, '
+                           '/winter21).')
   return SOURCES[base], release or None
 
 
@@ -403,21 +407,21 @@ def check_available(data_config) -> None:
     try:
       ops.build(getattr(data_config, key))
     except ValueError as e:
-      raise ValueError(f'data.{key}: {e}') from None
+      raise errors.UserError(f'data.{key}: {e}') from None
   source, release = get_source(data_config.name)
   num_classes, (num_train, _) = source.check(data_config, release,
                                              [data_config.train_split, data_config.eval_split])
   expected = data_config.train_images
   if expected is not None and num_train != expected:
-    raise ValueError(
+    raise errors.UserError(
         f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples, but '
         f'num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
         f'train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
         f'--config.num_train_steps to match (epochs x {num_train} / batch_size).')
   if num_classes is not None and data_config.num_classes < num_classes:
-    raise ValueError(f'data.num_classes={data_config.num_classes} but {data_config.name} has '
-                     f'{num_classes} classes; set data.num_classes (and onehot(...) in the pp '
-                     f'strings, and model.num_classes) to at least {num_classes}.')
+    raise errors.UserError(f'data.num_classes={data_config.num_classes} but {data_config.name} '
+                           f'has {num_classes} classes; set data.num_classes (and onehot(...) in '
+                           f'the pp strings, and model.num_classes) to at least {num_classes}.')
   if num_classes is not None and data_config.num_classes > num_classes:
     logging.info('data.num_classes=%d > the %d classes of %s: the extra classes never occur.',
                  data_config.num_classes, num_classes, data_config.name)

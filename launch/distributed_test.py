@@ -58,7 +58,9 @@ def test_two_processes_train_checkpoint_and_resume_exactly(tmp_path):
   second = launch_two_processes(workdir, tmp_path / 'cache')
   assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
   output = second.stdout + second.stderr
-  assert '[0] ' in output and '[1] ' in output and output.count('Resumed from step 3') == 2
+  # Each process's header (vmoe/console.py) says where it resumed; INFO logs are in log[.1].txt.
+  assert '[0] ' in output and '[1] ' in output and output.count('resumed from step 3') == 2
+  assert os.path.exists(workdir / 'log.txt') and os.path.exists(workdir / 'log.1.txt')
   assert losses(workdir) == uninterrupted          # Steps 4-6 again, bit for bit.
   assert os.path.exists(workdir / 'summary.json')
 

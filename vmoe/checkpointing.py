@@ -4,22 +4,44 @@ A checkpoint holds the train state (parameters, optimizer, step) and a small JSO
 everything else a resumed run needs to continue exactly: the data iterator position, the training
 seconds spent so far and the evaluation history (the RNG keys need no record: each step's key is
 derived from config.seed and the step). orbax writes every step into a
-temporary directory and renames it when complete, so a killed run never leaves a half checkpoint
-that restore would pick up.
-"""
-import dataclasses
-import os
+temporary directory (STEP.orbax-checkpoint-tmp) and renames it when complete, so a killed run never
+leaves a half checkpoint that restore would pick up; orbax removes that directory when it saves
+the same step again.
 
+A complete checkpoint can still be damaged later (a disk, a copy). The record also holds checksums
+of the state (vmoe/state_checksum.py) and restore_latest reads the newest checkpoint in full and
+checks them: one that fails is moved aside to checkpoints/corrupt-STEP, never deleted, and the
+run resumes from the one before (hence keep = 2 by default).
+"""
+import contextlib
+import dataclasses
+import gc
+import os
+import sys
+import types
+
+from absl import logging
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
+
+from base import errors
+from vmoe import state_checksum
+
+CHECKSUMS = 'state_checksums'   # The record's key for the state's checksums.
+# The prefix of a checkpoint set aside: orbax lists only directories named by a bare step
+# number, so it neither restores nor garbage-collects (max_to_keep) these.
+CORRUPT_PREFIX = 'corrupt-'
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
   """`config.checkpoint`: save every `every_steps` (and at the end), keep the last `keep`, in the
-  background when `asynchronous` (V-MoE: every 1000 steps, keep 1, asynchronous)."""
+  background when `asynchronous` (V-MoE: every 1000 steps, keep 1, asynchronous). keep = 2, not
+  V-MoE's 1, so that a corrupt newest checkpoint leaves one to resume from (restore_latest)."""
   every_steps: int
-  keep: int = 1
+  keep: int = 2
   asynchronous: bool = True
 
   def __post_init__(self):
@@ -42,23 +64,104 @@ def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManage
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, record: dict):
-  """Starts saving (asynchronously) the state and the JSON record at `step`."""
+  """Starts saving (asynchronously) the state and the JSON record at `step`; the saved record
+  also holds the state's checksums (computed here, on device, before the save starts)."""
+  record = {**record, CHECKSUMS: state_checksum.checksums(state)}
   manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                              record=ocp.args.JsonSave(record)), force=True)
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state):
-  """Returns (state, record) of the newest complete checkpoint, or None when there is none.
+  """Returns (state, record) of the newest checkpoint that reads back intact, or None when there
+  is none.
 
   abstract_state: the state's pytree of jax.ShapeDtypeStruct with shardings, so every array is
-  restored directly onto its devices.
+  restored directly onto its devices. Checkpoints are tried newest first; one that fails to read
+  or to match its checksums is named in a warning, moved aside (`_set_aside`) and the one before
+  is tried. Raises errors.UserError when checkpoints were found but none reads back.
   """
-  step = manager.latest_step()
-  if step is None:
-    return None
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(abstract_state), record=ocp.args.JsonRestore()))
-  return restored.state, restored.record
+  set_aside = []
+  while (step := manager.latest_step()) is not None:
+    restored, problem = _read_verified(manager, step, abstract_state)
+    # Every process must take the same branch: they restore and rename collectively.
+    if not _on_any_process(problem is not None):
+      return restored
+    set_aside.append(_set_aside(manager, step, problem or 'unreadable on another process'))
+  if set_aside:
+    directory = str(manager.directory)
+    raise errors.UserError(
+        f'No readable checkpoint in {directory}: {", ".join(set_aside)} could not be read back '
+        f'(moved aside, not deleted). To train from step 0 in this workdir, delete {directory} '
+        '(move the corrupt-* directories elsewhere first to keep them); or use a new --workdir.')
+  return None
+
+
+def _read_verified(manager: ocp.CheckpointManager, step: int, abstract_state):
+  """((state, record), None) of checkpoint `step` read in full with matching checksums, else
+  (None, what went wrong)."""
+  with _quiet_orphaned_reads():
+    try:
+      restored = manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state), record=ocp.args.JsonRestore()))
+      state = jax.block_until_ready(restored.state)    # Every array read, not just scheduled.
+    # orbax and TensorStore raise ValueError, OSError and bare Exception for missing, truncated
+    # or undecodable files alike; any failure to read means this checkpoint cannot be resumed.
+    except Exception as error:  # pylint: disable=broad-exception-caught
+      first_line = str(error).splitlines()[0].split(' See full TensorStore details')[0]
+      return None, f'{type(error).__name__}: {first_line[:200]}'
+  record = dict(restored.record)
+  expected = record.pop(CHECKSUMS, None)   # None: a checkpoint saved before checksums existed.
+  if expected is not None:
+    differ = state_checksum.mismatches(expected, state)
+    if differ:
+      return None, f'checksums differ from the saved ones in {", ".join(differ[:5])}'
+  return (state, record), None
+
+
+@contextlib.contextmanager
+def _quiet_orphaned_reads():
+  """Drops Python's 'Exception ignored in: <coroutine ...>' reports of orbax's reads.
+
+  When one array fails to read, orbax 0.12.8 closes the other reads still pending, and each
+  closed read raises again (serialization.py turns its GeneratorExit into an Exception), which
+  Python reports with a TensorStore spec of some 60 lines apiece. The failure that counts is the
+  one restore raised; other unraisable exceptions pass to the previous hook.
+  """
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    source = unraisable.object
+    if not (isinstance(source, types.CoroutineType) and
+            '/orbax/' in source.cr_code.co_filename):
+      previous(unraisable)
+  sys.unraisablehook = hook
+  try:
+    yield
+  finally:
+    gc.collect()      # The closed reads are reported when collected: here, under the hook.
+    sys.unraisablehook = previous
+
+
+def _on_any_process(flag: bool) -> bool:
+  """Whether `flag` holds on any process (True everywhere if so)."""
+  return bool(np.any(multihost_utils.process_allgather(np.array(flag))))
+
+
+def _set_aside(manager: ocp.CheckpointManager, step: int, problem: str) -> str:
+  """Moves checkpoint `step` to CORRUPT_PREFIX + step (+ .N if taken), warns, returns the name."""
+  directory = str(manager.directory)
+  name, n = f'{CORRUPT_PREFIX}{step}', 1
+  while os.path.exists(os.path.join(directory, name)):
+    n += 1
+    name = f'{CORRUPT_PREFIX}{step}.{n}'
+  multihost_utils.sync_global_devices(f'checkpoint {step} named')   # Before any process renames.
+  if jax.process_index() == 0:
+    os.rename(os.path.join(directory, str(step)), os.path.join(directory, name))
+  multihost_utils.sync_global_devices(f'checkpoint {step} set aside')
+  manager.reload()
+  logging.warning('Checkpoint %s/%d is corrupt (%s); moved it to %s and trying the one before.',
+                  directory, step, problem, name)
+  return name
 
 
 def abstract_with_shardings(abstract_tree, shardings):

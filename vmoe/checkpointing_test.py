@@ -1,10 +1,18 @@
-"""Tests of orbax checkpointing: round trip, keep-N, nothing to restore."""
+"""Tests of orbax checkpointing: round trip, keep-N, nothing to restore, corrupt checkpoints."""
 import os
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from base import errors
+from base import watchdog
+from data import pipeline
+from data import sources
+from data.testdata import data_config
+from vmoe import checkpoint_faults
 from vmoe import checkpointing
 
 
@@ -25,3 +33,99 @@ def test_round_trip_keeps_the_last_n(tmp_path):
                                                   abstract)
   np.testing.assert_array_equal(restored['params']['w'], state['params']['w'])
   assert record == {'data': {'position': 3}, 'eval_history': []}
+
+
+def state_at(step: int) -> dict:
+  """A state that differs at every step; its 60,000 floats compress to one ~160 kB file."""
+  return {'params': {'w': jnp.arange(60_000.0).reshape(200, 300) * step},
+          'step': jnp.array(step)}
+
+
+def save_steps(workdir, steps) -> checkpointing.CheckpointConfig:
+  """Saves state_at(s) for each step s, with keep = 2 (the default); returns the config."""
+  config = checkpointing.CheckpointConfig(every_steps=1)
+  manager = checkpointing.make_manager(str(workdir), config)
+  for step in steps:
+    checkpointing.save(manager, step, state_at(step), {'data': {'position': step}})
+  manager.wait_until_finished()
+  return config
+
+
+def restore(workdir, config):
+  """restore_latest through a new manager, as a resumed run does; (state, record) or None."""
+  abstract = checkpointing.abstract_with_shardings(
+      jax.eval_shape(lambda: state_at(0)), jax.tree.map(lambda x: x.sharding, state_at(0)))
+  return checkpointing.restore_latest(checkpointing.make_manager(str(workdir), config), abstract)
+
+
+def assert_restored(restored, step):
+  state, record = restored
+  np.testing.assert_array_equal(state['params']['w'], state_at(step)['params']['w'])
+  assert record == {'data': {'position': step}}    # The checksums stay in the checkpoint.
+
+
+@pytest.mark.parametrize('damage', [checkpoint_faults.flip_bytes, checkpoint_faults.truncate,
+                                    os.remove])
+def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_one_before_restored(
+    tmp_path, monkeypatch, damage):
+  # flip_bytes: TensorStore decompresses the chunk without error; only the checksums see it.
+  config = save_steps(tmp_path, [1, 2])
+  damage(checkpoint_faults.largest_array_file(str(tmp_path / 'checkpoints' / '2')))
+  warnings = []
+  monkeypatch.setattr(logging, 'warning', lambda *args: warnings.append(args[0] % args[1:]))
+  assert_restored(restore(tmp_path, config), 1)
+  assert len(warnings) == 1 and 'checkpoints/2 is corrupt' in warnings[0]
+  assert 'moved it to corrupt-2' in warnings[0]
+  # The step is trained and saved again; keep = 2 counts steps 1 and 2, never the corrupt copy.
+  save_steps(tmp_path, [2, 3])
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '3', 'corrupt-2']
+  assert_restored(restore(tmp_path, config), 3)
+
+
+def test_a_save_killed_midway_is_ignored_or_set_aside(tmp_path):
+  config = save_steps(tmp_path, [1, 2, 3])
+  checkpoint_faults.leave_half_written(str(tmp_path / 'checkpoints' / '3'), final=False)
+  assert_restored(restore(tmp_path, config), 2)        # orbax skips its temporary directory ...
+  save_steps(tmp_path, [3])                            # ... and replaces it when saving step 3.
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '3']
+  checkpoint_faults.leave_half_written(str(tmp_path / 'checkpoints' / '3'), final=True)
+  assert_restored(restore(tmp_path, config), 2)
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', 'corrupt-3']
+
+
+def test_no_readable_checkpoint_says_what_to_delete(tmp_path):
+  config = save_steps(tmp_path, [1, 2])
+  for step in ('1', '2'):
+    checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+        str(tmp_path / 'checkpoints' / step)))
+  with pytest.raises(errors.UserError, match=r'No readable checkpoint in .*checkpoints: '
+                                             r'corrupt-2, corrupt-1 could not be read back.*'
+                                             r'delete .*checkpoints'):
+    restore(tmp_path, config)
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['corrupt-1', 'corrupt-2']
+
+
+def test_fifty_async_saves_finish_while_the_input_pipeline_runs(tmp_path, hard_deadline):
+  # Issue 19: an asynchronous save was once seen never to finish while tf.data ran (its autotuner,
+  # now off: data/pipeline.py PARALLEL_CALLS). Each save runs while training batches are read and
+  # an evaluation iterator is made and dropped, as between the trainer's checkpoints; each must
+  # finish within 20 s, or the stacks of all threads go to stderr and the test fails. (About 30 s
+  # in all on an idle 2-core CPU; no bound on the total, which a loaded machine would break.)
+  config = data_config(name='fashion_mnist', train_split='train[:4096]', eval_split='test[:64]',
+                       shuffle_buffer=4096, cache=True)
+  sources.check_available(config)
+  train = pipeline.make_train_iterator(config, batch_size=64, seed=0)
+  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  with hard_deadline(300):     # If a hang holds the GIL, wait_until cannot run.
+    for step in range(1, 51):
+      checkpointing.save(manager, step, state_at(step), {'data': train.get_state()})
+      for _ in range(4):
+        next(train)
+      next(iter(pipeline.make_eval_iterator(config, config.eval_split, batch_size=64)))
+      watchdog.wait_until(lambda: not manager.is_saving_in_progress(), seconds=20,
+                          what=f'the asynchronous save of step {step}')
+    manager.wait_until_finished()        # Raises what a save may have raised.
+  assert manager.all_steps() == [49, 50]
+  state, record = restore(tmp_path, checkpointing.CheckpointConfig(every_steps=1))
+  np.testing.assert_array_equal(state['params']['w'], state_at(50)['params']['w'])
+  assert record['data']['batches'] == 49 * 4

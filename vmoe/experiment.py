@@ -39,9 +39,9 @@ class Experiment:
   seed: the initialisation, data order and step keys. batch_size: images per step over all
   devices. loss: vmoe/losses.py LOSSES ('sigmoid_xent' for multi-label data). mixup_alpha: the
   mixup concentration (0: off). log_every_steps: how often metrics are written. config_arg: the
-  config file's argument ('c=2,runlocal=False'), as recorded. The checks that span sections
-  (batches into routing groups over devices, MoE placement and capacity against the model) are
-  configs/experiment.py's `check`.
+  config file's argument ('c=2,runlocal=False'), as recorded. The checks that span sections (MoE
+  placement and capacity against the model, the mesh against the devices) are
+  configs/experiment.py's `check`; batches into routing groups over devices, configs/batches.py.
   """
   seed: int
   batch_size: int

@@ -10,6 +10,11 @@ and expert outputs are scatter-added back with their combine weights, so no (S, 
 built. Soft MoE, and the `dispatch='einsum'` reference path, contract the dense tensors instead.
 Buffers are laid out expert-major (E, G, C, D) so that the experts run as one batched matmul and
 an expert-sharded mesh moves tokens with a single all-to-all.
+
+Precision: the router computes in float32 whatever the model's dtype (router.py), so routing
+decisions do not depend on it. Dispatch and combine (the buffers, the all-to-all, Soft MoE's
+dense tensors in the contraction) run in the dispatch dtype (`buffer_dtype`), and the experts
+compute in the model's dtype from float32 parameters, as V-MoE's Bfloat16Dispatcher does.
 """
 import dataclasses
 
@@ -76,6 +81,20 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
   }
 
 
+def buffer_dtype(compute_dtype, dispatch_dtype: str):
+  """The dtype of the dispatch and combine buffers: `dispatch_dtype` ('float32' or 'bfloat16')
+  under a float32 model, and bfloat16 under a bfloat16 one (float32 buffers around bfloat16
+  experts would only add casts). Under a float32 model, 'bfloat16' is V-MoE's Bfloat16Dispatcher:
+  tokens travel to and from the experts in bfloat16, the experts compute in float32."""
+  if dispatch_dtype not in DISPATCH_DTYPES:
+    raise ValueError(f'unknown moe.dispatch_dtype {dispatch_dtype!r}; valid: '
+                     f'{", ".join(DISPATCH_DTYPES)}.')
+  if jnp.dtype(compute_dtype) == jnp.bfloat16:
+    return jnp.bfloat16
+  return DISPATCH_DTYPES[dispatch_dtype]
+
+
+DISPATCH_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 EXPERT_INITS = ('shared', 'independent')
 DISPATCHES = ('indices', 'einsum')
 # The paper's capacities ("Models" subsection): c (or k) in {1, 2}.
@@ -89,8 +108,10 @@ class MoeConfig:
   num_experts = 0 makes a dense model (router None; `config.moe.router` is then ignored).
   every: Every-`every` placement (the paper's Every-2); group_size: images per routing group
   (Soft MoE routes each image alone); dispatch: 'indices' (gather/scatter) or 'einsum' (the dense
-  reference path); expert_init: see Experts. The router's capacity factor must be one of the
-  paper's CAPACITIES. configs/common.py builds `config.moe` from this class.
+  reference path); dispatch_dtype: the dtype of the dispatch and combine buffers under a float32
+  model (`buffer_dtype`; the paper configs' 'bfloat16' is V-MoE's); expert_init: see Experts.
+  The router's capacity factor must be one of the paper's CAPACITIES. configs/common.py builds
+  `config.moe` from this class.
   """
   num_experts: int
   group_size: int
@@ -98,8 +119,12 @@ class MoeConfig:
   every: int = 2
   dispatch: str = 'indices'
   expert_init: str = 'shared'
+  dispatch_dtype: str = 'float32'
 
   def __post_init__(self):
+    if self.dispatch_dtype not in DISPATCH_DTYPES:
+      raise ValueError(f'unknown moe.dispatch_dtype {self.dispatch_dtype!r}; valid: '
+                       f'{", ".join(DISPATCH_DTYPES)}.')
     if self.num_experts < 0:
       raise ValueError(f'moe.num_experts must be >= 0 (0: a dense model), got {self.num_experts}.')
     if self.dispatch not in DISPATCHES:
@@ -147,12 +172,14 @@ def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
 class Experts(nn.Module):
   """E two-layer GELU MLPs with stacked weights, applied to buffers (E, G, C, D).
 
-  expert_init: 'shared' (one initial draw for all experts, V-MoE's) or 'independent'.
+  expert_init: 'shared' (one initial draw for all experts, V-MoE's) or 'independent'. The experts
+  compute in `dtype` from float32 parameters and return outputs of the buffers' dtype.
   """
   num_experts: int
   mlp_dim: int
   dropout_rate: float = 0.0
   expert_init: str = 'shared'
+  dtype: jnp.dtype = jnp.float32
 
   @nn.compact
   def __call__(self, buffers: jax.Array, *, train: bool) -> jax.Array:
@@ -171,11 +198,12 @@ class Experts(nn.Module):
     # backward at B/32's shape) than with G and C as separate axes. G is the major half of the
     # merged axis, so its 'data' sharding carries over.
     num_experts, num_groups, capacity, _ = buffers.shape
-    tokens = buffers.reshape(num_experts, num_groups * capacity, dim)
+    tokens = buffers.reshape(num_experts, num_groups * capacity, dim).astype(self.dtype)
+    wi, bi, wo, bo = (p.astype(self.dtype) for p in (wi, bi, wo, bo))
     h = jnp.einsum('end,edf->enf', tokens, wi) + bi[:, None, :]
     h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))
     y = jnp.einsum('enf,efd->end', h, wo) + bo[:, None, :]
-    y = nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    y = nn.Dropout(self.dropout_rate, deterministic=not train)(y).astype(buffers.dtype)
     return sharding.constrain(y.reshape(buffers.shape), sharding.EXPERT_BUFFERS)
 
 
@@ -185,7 +213,8 @@ class MoeMlp(nn.Module):
   Sparse routers route groups of `group_size` images (S = group_size * N tokens); Soft MoE routes
   every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
   losses, to add to the training loss), the router health of `routing_metrics`, and the
-  sparsity-constrained solver's health when it runs (router_lib.Router).
+  sparsity-constrained solver's health when it runs (router_lib.Router). The experts compute in
+  `dtype`; dispatch and combine in `dispatch_dtype` (`buffer_dtype`); the router in float32.
   """
   num_experts: int
   mlp_dim: int
@@ -194,6 +223,8 @@ class MoeMlp(nn.Module):
   dispatch: str = 'indices'      # 'indices' (gather/scatter) or 'einsum' (dense reference path).
   dropout_rate: float = 0.0
   expert_init: str = 'shared'    # See Experts.
+  dtype: jnp.dtype = jnp.float32
+  dispatch_dtype: jnp.dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
@@ -210,9 +241,10 @@ class MoeMlp(nn.Module):
     route, router_metrics = router_lib.Router(self.router, self.num_experts, name='router')(
         groups, train=train)
     experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, self.expert_init,
-                      name='experts')
+                      self.dtype, name='experts')
+    tokens = groups.astype(self.dispatch_dtype)    # The router above read them in float32.
     if isinstance(route, router_lib.SparseRouting) and self.dispatch == 'indices':
-      outputs = experts(dispatch_by_index(groups, route.slot_token), train=train)
+      outputs = experts(dispatch_by_index(tokens, route.slot_token), train=train)
       y = combine_by_index(outputs, route.slot_token, route.slot_weight, num_tokens)
     else:
       dense = route
@@ -222,7 +254,7 @@ class MoeMlp(nn.Module):
       # The (G, S, E, C) tensors stay with their groups; unconstrained, the partitioner splits
       # them over E and the backward pass all-gathers every image's tokens (Soft MoE, B/32).
       dense = jax.tree.map(lambda a: sharding.constrain(a, sharding.BATCH), dense)
-      outputs = experts(dispatch_dense(groups, dense.dispatch), train=train)
+      outputs = experts(dispatch_dense(tokens, dense.dispatch), train=train)
       y = combine_dense(outputs, dense.combine)
 
     y = sharding.constrain(y, sharding.BATCH)   # Combined tokens go back to their images' devices.

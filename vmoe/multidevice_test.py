@@ -21,7 +21,6 @@ the (G, E, S) scores and ranks all groups itself. Without the MoE layer's shardi
 the partitioner falls back to replicating the buffers ('As the last resort, SPMD will replicate')
 and all-gathers them in the backward pass.
 """
-import fcntl
 import json
 import os
 import re
@@ -29,11 +28,11 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from base import atomic
 from configs import experiment as experiment_parser
 from configs import tiny
 from vmoe import setup as setup_lib
@@ -64,12 +63,28 @@ REDUCTION_RTOL = TOKENS * F32_EPS
 # the two bias-corrected moments, sqrt, + eps, the division, + wd p, x lr (3.5-4 ulps); twice that.
 UPDATE_ULPS = 8
 ADAM_EPS = 1e-8   # optax.adamw's default eps, which optim.make_optimizer keeps.
+# The bfloat16 step (model.dtype = 'bfloat16') on both meshes, for one sparse router and Soft MoE.
+BFLOAT16_ROUTERS = ('softmax_ec', 'soft_moe')
+# In bfloat16 the two programs' float32 sums (above) can round to neighbouring bfloat16 values
+# (eps 2^-7; half of it is the rounding error u), and such a difference travels on through every
+# later rounding. The path from the images to a gradient passes about BF16_ROUNDINGS roundings in
+# series: per block ~12 forward (two LayerNorms, q, k, v, attention output and projection, a
+# residual add, fc1, GELU, fc2, a residual add), mu/7's 2 blocks plus the embedding, and as many
+# backward. In the worst case their relative errors add: BF16_ROUNDINGS u for a gradient, half
+# that for the loss (forward only). Measured on 2026-11-24 (softmax_ec): 7% of the value bias's
+# largest gradient, 1e-5 of the loss; a sharding bug (a missing all-reduce, a token at the wrong
+# expert) changes a gradient by a sizeable fraction of itself or more.
+BF16_ROUNDINGS = 2 * (2 * 12 + 2)
+BF16_GRAD_RTOL = BF16_ROUNDINGS * float(jnp.finfo(jnp.bfloat16).eps) / 2
+BF16_LOSS_RTOL = BF16_GRAD_RTOL / 2
 
 
-def small_experiment(router: str):
-  """configs/tiny.py with the mu/7 model, 2-image groups, 16 images and no warm-up."""
+def small_experiment(router: str, dtype: str = 'float32'):
+  """configs/tiny.py with the mu/7 model computing in `dtype`, 2-image groups, 16 images and no
+  warm-up."""
   config = tiny.get_config(f'router={router}')
   config.model.variant = 'mu/7'
+  config.model.dtype = dtype
   config.moe.group_size = GROUP_SIZE
   config.batch_size = NUM_DEVICES * GROUP_SIZE
   config.schedule.warmup_steps = 0      # A non-zero learning rate from the first step.
@@ -157,13 +172,14 @@ def step_differences(experiment, lr: float, start, state_1, state_8) -> dict:
   return found
 
 
-def compare(router: str) -> dict:
-  """1-device vs 8-device steps of `router`: the differences and what the 8-device HLO holds.
+def compare(router: str, dtype: str = 'float32') -> dict:
+  """1-device vs 8-device steps of `router` in `dtype`: the differences and what the 8-device HLO
+  holds.
 
   Every step starts both meshes from the same state (the 1-device state of the step before), so
   each comparison measures one step's rounding and differences do not compound.
   """
-  experiment = small_experiment(router)
+  experiment = small_experiment(router, dtype)
   setup_1 = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
                                                            jax.devices()[:1]))
   setup_8 = setup_lib.build(experiment)      # experiment.mesh: data=2 x expert=4.
@@ -175,7 +191,8 @@ def compare(router: str) -> dict:
   step_1, compiled_1 = compile_step(setup_1)
   step_8, compiled_8 = compile_step(setup_8)
   schedule, mesh_8 = setup_1.schedule, setup_8.mesh
-  found = {'router': router, 'mesh': dict(mesh_8.shape), 'loss_1': [], 'loss_8': [], 'steps': []}
+  found = {'router': router, 'key': run_key(router, dtype), 'mesh': dict(mesh_8.shape),
+           'loss_1': [], 'loss_8': [], 'steps': []}
   for i in range(STEPS):
     state_1, metrics_1 = step_1(state, batch, jax.random.PRNGKey(i))
     state_8, metrics_8 = step_8(state, batch, jax.random.PRNGKey(i))
@@ -192,34 +209,31 @@ def compare(router: str) -> dict:
   return found
 
 
+def run_key(router: str, dtype: str) -> str:
+  """The results' key of a comparison: 'softmax_ec' in float32, 'softmax_ec:bfloat16'."""
+  return router if dtype == 'float32' else f'{router}:{dtype}'
+
+
 def run_compare_subprocesses() -> dict:
-  """{router: compare(router)}, from two subprocesses of three routers each (one per core)."""
+  """{run_key: compare(router, dtype)}, from two subprocesses of half the runs each (one per
+  core): the six routers in float32 and BFLOAT16_ROUTERS in bfloat16."""
   env = {**os.environ, 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu'}
-  workers = [subprocess.Popen([sys.executable, '-m', 'vmoe.multidevice_test', *routers], cwd=REPO,
+  keys = [*ROUTERS, *(run_key(r, 'bfloat16') for r in BFLOAT16_ROUTERS)]
+  workers = [subprocess.Popen([sys.executable, '-m', 'vmoe.multidevice_test', *part], cwd=REPO,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for routers in (ROUTERS[::2], ROUTERS[1::2])]
+             for part in (keys[::2], keys[1::2])]
   found = {}
   for worker in workers:
-    stdout, stderr = worker.communicate(timeout=600)
+    stdout, stderr = worker.communicate(timeout=900)
     assert worker.returncode == 0, stderr[-3000:]
-    found.update((r['router'], r) for r in map(json.loads, stdout.splitlines()))
+    found.update((r['key'], r) for r in map(json.loads, stdout.splitlines()))
   return found
 
 
 @pytest.fixture(scope='module')
-def results(tmp_path_factory) -> dict:
-  """run_compare_subprocesses() once per test session. Under pytest-xdist every worker that gets
-  one of these tests sets the fixture up: the first to take the lock runs the subprocesses and
-  leaves their results in the session's shared temporary directory; the others read them."""
-  session_dir = tmp_path_factory.getbasetemp()
-  if os.environ.get('PYTEST_XDIST_WORKER'):
-    session_dir = session_dir.parent          # .../pytest-N, above each worker's popen-gwK.
-  path = session_dir / 'multidevice_results.json'
-  with open(session_dir / 'multidevice_results.lock', 'w', encoding='utf-8') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if not path.exists():
-      atomic.write_json(str(path), run_compare_subprocesses())
-  return json.loads(path.read_text())
+def results(once_per_session) -> dict:
+  """run_compare_subprocesses() once per test session, also under pytest-xdist (conftest.py)."""
+  return once_per_session('multidevice_results', run_compare_subprocesses)
 
 
 @pytest.mark.parametrize('router', ROUTERS)
@@ -238,14 +252,31 @@ def test_expert_sharded_step_equals_the_single_device_step(results, router):
   assert r['expert_spec'] == "P('expert',)" and r['expert_shard'] == [2, 32, 128]
   np.testing.assert_allclose(r['loss_8'], r['loss_1'], rtol=REDUCTION_RTOL)
   for step in r['steps']:
-    largest = max(step['grad_scale'].values())
-    for path, diff in step['grad_diff'].items():
-      if "['key']['bias']" in path:
-        # Exactly zero (softmax ignores a shift shared by all keys): rounding on both sides.
-        assert max(step['grad_scale'][path], step['grad_8_scale'][path]) <= (
-            REDUCTION_RTOL * largest), path
-      else:
-        assert diff <= REDUCTION_RTOL * step['grad_scale'][path], (path, diff)
+    check_gradients(step, REDUCTION_RTOL)
+    assert max(step['param_excess'].values()) <= 1, step['param_excess']
+
+
+def check_gradients(step: dict, rtol: float) -> None:
+  """Every leaf's gradient on 8 devices equals the 1-device one to `rtol` of its largest entry;
+  the attention keys' bias, whose gradient is exactly zero (softmax ignores a shift shared by all
+  keys), to `rtol` of the largest gradient of the model: both sides are rounding."""
+  largest = max(step['grad_scale'].values())
+  for path, diff in step['grad_diff'].items():
+    if "['key']['bias']" in path:
+      assert max(step['grad_scale'][path], step['grad_8_scale'][path]) <= rtol * largest, path
+    else:
+      assert diff <= rtol * step['grad_scale'][path], (path, diff)
+
+
+@pytest.mark.parametrize('router', BFLOAT16_ROUTERS)
+def test_bfloat16_sharded_step_equals_the_single_device_step(results, router):
+  """As the float32 test, with the gradient and loss tolerances of bfloat16 compute; Adam's
+  update is float32 on both sides, so the parameters are checked as there."""
+  r = results[run_key(router, 'bfloat16')]
+  assert r['mesh'] == {'data': 2, 'expert': 4}
+  np.testing.assert_allclose(r['loss_8'], r['loss_1'], rtol=BF16_LOSS_RTOL)
+  for step in r['steps']:
+    check_gradients(step, BF16_GRAD_RTOL)
     assert max(step['param_excess'].values()) <= 1, step['param_excess']
 
 
@@ -262,5 +293,6 @@ def test_tokens_reach_their_experts_by_all_to_all(results, router):
 
 
 if __name__ == '__main__':
-  for name in sys.argv[1:]:
-    print(json.dumps(compare(name)), flush=True)
+  for key in sys.argv[1:]:
+    name, _, dtype = key.partition(':')
+    print(json.dumps(compare(name, dtype or 'float32')), flush=True)

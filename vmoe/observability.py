@@ -8,10 +8,12 @@ import json
 import os
 import time
 
-from absl import logging
 from clu import metric_writers
 import jax
 import numpy as np
+
+from vmoe import console
+from vmoe import run_log
 
 METRICS_FILE = 'metrics.jsonl'
 
@@ -78,13 +80,19 @@ class WandbWriter(ScalarWriter):
   """Logs scalars to wandb; offline by default (no network), `--config.wandb.mode=online` to sync.
 
   The run id is derived from the workdir so that a resumed run continues the same wandb run.
+  Offline, wandb's banners (start, run history, "wandb sync" hint) only repeat what the run
+  prints and where its workdir is: silent unless the console shows INFO logs (--verbose) or
+  WANDB_SILENT says otherwise. Online they keep the run's URL.
   """
 
   def __init__(self, workdir: str, config, hparams: dict):
     import wandb  # pylint: disable=g-import-not-at-top
     run_id = 'run-' + hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:12]
+    silent = (config.mode == 'offline' and 'WANDB_SILENT' not in os.environ
+              and not run_log.shows_info())
     self._run = wandb.init(mode=config.mode, project=config.project, dir=workdir,
-                           id=run_id, resume='allow', config=hparams)
+                           id=run_id, resume='allow', config=hparams,
+                           settings=wandb.Settings(silent=True) if silent else None)
 
   def write_scalars(self, step, scalars):
     self._run.log({k: _scalar(v) for k, v in scalars.items()}, step=int(step))
@@ -131,6 +139,4 @@ class Progress:
     eta = (self._num_steps - step) / max(steps_per_sec, 1e-9)
     line = (f'step {step}/{self._num_steps} | loss {loss:.4f} | {steps_per_sec:.2f} steps/s | '
             f'ETA {int(eta // 3600)}h{int(eta % 3600 // 60):02d}m{int(eta % 60):02d}s')
-    logging.info('%s', line)
-    print(line, flush=True)
-    return line
+    return console.say(line)

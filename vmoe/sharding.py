@@ -37,18 +37,26 @@ class MeshConfig:
                        'and mesh.data >= 1, or -1 for all remaining devices.')
 
 
+def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, int]:
+  """(data, expert) of `config.mesh` over `num_devices`; fails naming the flag when they differ.
+
+  Arithmetic only, so that configs/experiment.py checks a config before anything compiles.
+  """
+  expert = mesh_config.expert
+  if expert < 1 or num_devices % expert:
+    raise ValueError(f'mesh.expert={expert} must be >= 1 and divide the {num_devices} devices; '
+                     f'set --config.mesh.expert to a divisor of {num_devices}.')
+  data = num_devices // expert if mesh_config.data == -1 else mesh_config.data
+  if data * expert != num_devices:
+    raise ValueError(f'mesh data x expert = {data} x {expert} does not match the {num_devices} '
+                     'devices; set --config.mesh.data=-1 to use all remaining devices.')
+  return data, expert
+
+
 def make_mesh(mesh_config: MeshConfig, devices=None) -> Mesh:
   """Mesh of shape (data, expert) from `config.mesh`; data=-1 takes all remaining devices."""
   devices = np.asarray(jax.devices() if devices is None else devices)
-  expert = mesh_config.expert
-  if expert < 1 or devices.size % expert:
-    raise ValueError(f'mesh.expert={expert} must be >= 1 and divide the {devices.size} devices; '
-                     f'set --config.mesh.expert to a divisor of {devices.size}.')
-  data = devices.size // expert if mesh_config.data == -1 else mesh_config.data
-  if data * expert != devices.size:
-    raise ValueError(f'mesh data x expert = {data} x {expert} does not match the {devices.size} '
-                     'devices; set --config.mesh.data=-1 to use all remaining devices.')
-  return Mesh(devices.reshape(data, expert), ('data', 'expert'))
+  return Mesh(devices.reshape(mesh_shape(mesh_config, devices.size)), ('data', 'expert'))
 
 
 def _path_names(path) -> list:

@@ -9,8 +9,8 @@ evaluate(params, step, is_last) -> {metric name: float}:
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
   fewshot/DATASET/Kshot[_cv][_std] every fewshot.every_steps and at the end (evaluation.fewshot).
-Every batch is a whole number of routing groups (configs/experiment.py checks eval.batch_size and
-fewshot.batch_size), so evaluation routes exactly as training does.
+Every batch is a whole number of routing groups (configs/batches.py fits or checks eval.batch_size
+and fewshot.batch_size), so evaluation routes exactly as training does.
 """
 import functools
 
@@ -18,6 +18,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from base import errors
 from data import config as data_config_lib
 from data import ops
 from data import pipeline
@@ -45,7 +46,7 @@ def check_available(data: data_config_lib.DataConfig,
   try:
     ops.build(fewshot_config.pp)
   except ValueError as e:
-    raise ValueError(f'fewshot.pp: {e}') from None
+    raise errors.UserError(f'fewshot.pp: {e}') from None
   for name, splits in fewshot_config.datasets.items():
     source, release = sources.get_source(name)
     try:

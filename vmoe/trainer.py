@@ -9,6 +9,7 @@ summary.json (run_protocol.RunSummary).
 import json
 import os
 import signal
+import tempfile
 import time
 
 from absl import logging
@@ -17,9 +18,11 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from base import atomic
+from base import errors
 from data import pipeline
 from data import sources
 from vmoe import checkpointing
+from vmoe import console
 from vmoe import train_evals
 from vmoe import experiment as experiment_lib
 from vmoe import flops
@@ -47,6 +50,18 @@ class StopRequested:
     self.requested = True
 
 
+def make_workdir(workdir: str) -> None:
+  """Creates `workdir` and writes a probe file in it, so that a path the user cannot write fails
+  now, as a UserError naming it, not at the first checkpoint."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    raise errors.UserError(f'cannot write in --workdir={workdir} ({e.strerror or e}); give a '
+                           'directory you can create and write.') from e
+
+
 def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """Refuses a workdir that holds a run of a different config; records the resolved config (in
   the config's layout: configs/experiment.py parses it back) otherwise."""
@@ -57,8 +72,9 @@ def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
       previous = json.load(f)
     if previous != current:
       changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
-      raise ValueError(f'{workdir} holds a run of a different config (differences under: '
-                       f'{", ".join(changed)}); use a new --workdir, or delete this one to start over.')
+      raise errors.UserError(f'{workdir} holds a run of a different config (differences '
+                             f'under: {", ".join(changed)}); use a new --workdir, or delete this '
+                             'one to start over.')
   elif jax.process_index() == 0:
     atomic.write_json(path, current)
 
@@ -80,7 +96,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   # 1. Checks of the data before anything compiles (the config was checked when parsed).
   sources.check_available(e.data)
   train_evals.check_available(e.data, e.fewshot)
-  os.makedirs(workdir, exist_ok=True)
+  make_workdir(workdir)
   guard_workdir(workdir, e)
 
   # 2. Mesh, model, optimizer, state layout and step (vmoe/setup.py), data.
@@ -115,6 +131,10 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   num_params = setup.num_params()
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.',
                num_params, flops_per_step, compile_seconds)
+  for line in console.header(e, config_file=config_file, mesh=setup.mesh, num_params=num_params,
+                             flops_per_step=flops_per_step, workdir=workdir,
+                             first_step=first_step):
+    console.say(line)
 
   # 5. The loop.
   stop = StopRequested()
@@ -169,6 +189,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
       pause_clock()
       results = evaluate(state.params, step, is_last)
       writer.write_scalars(step, results)
+      console.say(console.evaluation(step, results))
       record['eval_history'].append({'step': step, **results})
       tick = time.perf_counter()
   if stop.requested and step < e.num_train_steps:
@@ -198,9 +219,11 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
                     for h in record['eval_history']])
+  summary_path = os.path.join(workdir, run_protocol.SUMMARY_FILE)
   if jax.process_index() == 0:
-    atomic.write_json(os.path.join(workdir, run_protocol.SUMMARY_FILE), summary.to_dict())
+    atomic.write_json(summary_path, summary.to_dict())
   # Every process returns only once summary.json exists (launch.sweep checks it to skip a run).
   multihost_utils.sync_global_devices('summary.json written')
   writer.close()
+  console.say(console.final(summary, summary_path))
   return summary

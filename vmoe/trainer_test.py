@@ -6,14 +6,17 @@ import subprocess
 import sys
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import common
 from configs import experiment
 from configs import tiny
 from data import sources
+from vmoe import checkpoint_faults
 from vmoe import observability
 from vmoe import run_protocol
 from vmoe import train_evals
@@ -96,6 +99,30 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
   assert not (tmp_path / 'summary.json').exists()
 
 
+def saved_params(workdir, step: int):
+  """The parameters checkpoint `step` holds."""
+  path = os.path.join(workdir, 'checkpoints', str(step), 'state')
+  return ocp.StandardCheckpointer().restore(path)['params']
+
+
+def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(tmp_path):
+  config = short_config(**{'checkpoint.every_steps': 20, 'eval.every_steps': 40})
+  trainer.train_and_evaluate(config, str(tmp_path))
+  uninterrupted = saved_params(str(tmp_path), 40)
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+      str(tmp_path / 'checkpoints' / '40')))
+  summary = trainer.train_and_evaluate(config, str(tmp_path))
+  assert summary.steps == 40
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['20', '40', 'corrupt-40']
+  # Steps 21-40 were trained twice (metrics.jsonl has two loss records of each), the second time
+  # from step 20's checkpoint, by the same program in the same process: bit-identical.
+  with open(tmp_path / observability.METRICS_FILE, encoding='utf-8') as f:
+    records = [json.loads(line) for line in f]
+  trained = [r['step'] for r in records if 'loss' in r]
+  assert sorted(trained) == sorted([*range(1, 41), *range(21, 41)])
+  jax.tree.map(np.testing.assert_array_equal, saved_params(str(tmp_path), 40), uninterrupted)
+
+
 def run_main(workdir, overrides, log=None, cache_dir=None):
   """main.py on the short tiny config; its output goes to a pipe, or to the file `log`. Runs
   given the same `cache_dir` share JAX's persistent compilation cache."""
@@ -151,12 +178,37 @@ def test_ctrl_c_saves_a_checkpoint_where_the_run_stands_and_exits_130(tmp_path):
     time.sleep(0.01)
   run.send_signal(signal.SIGINT)
   output = run.communicate(timeout=300)[0]
-  saved = [int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit()]
+  saved = sorted(int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit())
   assert run.returncode == run_protocol.INTERRUPTED == 130, output[-3000:]
-  # keep=1: the interrupt checkpoint replaced step 20's; it is the last step trained.
-  assert len(saved) == 1 and saved[0] == max(losses(str(tmp_path))) >= 20
-  assert f'Interrupted at step {saved[0]}: checkpoint saved' in output
+  # keep=2: the interrupt checkpoint is the newest of two (one if Ctrl-C came at step 20 itself);
+  # it is the last step trained.
+  assert len(saved) <= 2 and saved[-1] == max(losses(str(tmp_path))) >= 20
+  assert f'Interrupted at step {saved[-1]}: checkpoint saved' in output
   assert not (tmp_path / 'summary.json').exists()
+
+
+def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
+  """40 steps with an evaluation, few-shot, two checkpoints and wandb offline (the default, whose
+  banners are to be silenced): header, progress, evaluation and summary only, under 40 lines."""
+  overrides = {**SHORT[1], 'log_every_steps': 10, 'eval.every_steps': 40,
+               'checkpoint.every_steps': 20, 'wandb.mode': 'offline',
+               'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:64]')"}
+  run = run_main(tmp_path, overrides)
+  output = run.communicate(timeout=300)[0]
+  lines = output.splitlines()
+  assert run.returncode == 0 and len(lines) < 40, output
+  assert lines[0].startswith('configs/tiny.py:router=softmax_ec,c=1,runlocal=False | XS/7 | '
+                             'router softmax_ec c=1 | ') and ', mesh data=' in lines[0], output
+  assert ' parameters | ' in lines[1] and ' FLOPs per step | fresh start | workdir ' in lines[1]
+  assert [line.split(' | ')[0] for line in lines if line.startswith('step ')] == [
+      'step 10/40', 'step 20/40', 'step 30/40', 'step 40/40']
+  evals = [line for line in lines if line.startswith('eval at step ')]
+  assert len(evals) == 1 and '10-shot: digits ' in evals[0]
+  assert lines[-1].startswith('done: 40 steps | prec@1 ') and ' device-hours ' in lines[-1]
+  assert lines[-1].endswith(f'summary: {tmp_path / run_protocol.SUMMARY_FILE}')
+  log = (tmp_path / 'log.txt').read_text(encoding='utf-8')
+  assert 'checkpoint_manager.py' in log and 'Load dataset info' in log   # orbax's, tfds'.
+  assert all(line in log for line in lines)
 
 
 def test_bad_flags_fail_before_training_with_a_clear_message(tmp_path):

@@ -45,6 +45,16 @@ SIZES = {
     'L': Size(width=1024, depth=24, mlp_dim=4096, num_heads=16),
 }
 POOLS = ('tok', 'gap')
+# Compute dtypes (config.model.dtype, config.moe.dispatch_dtype). Parameters and the optimizer
+# state are float32 whatever the compute dtype (flax's param_dtype default).
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+# What an encoder block keeps for its backward pass under config.model.remat: nothing but its
+# input. Each block's activations are recomputed from the (B, N, D) residual stream entering it,
+# at the cost of one more forward pass of the encoder (about a third more step FLOPs). The
+# alternative, jax.checkpoint_policies.dots_with_no_batch_dims_saveable, keeps every Dense output
+# (the (B, N, mlp_dim) hidden layer is the largest activation of a block), so it would save little
+# of what remat is for: fitting the recipe's per-device batch on a smaller accelerator.
+REMAT_POLICY = jax.checkpoint_policies.nothing_saveable
 _VARIANT = re.compile(r'^(?P<size>[A-Za-z]+)(/(?P<patch>[0-9]+))?$')
 
 
@@ -73,6 +83,13 @@ def moe_layer_indices(depth: int, every: int) -> tuple[int, ...]:
   return tuple(range(every - 1, depth, every))
 
 
+def compute_dtype(name: str):
+  """The jnp dtype of a DTYPES name; an unknown name fails listing the valid ones."""
+  if name not in DTYPES:
+    raise ValueError(f'unknown dtype {name!r}; valid: {", ".join(DTYPES)}.')
+  return DTYPES[name]
+
+
 def block_name(index: int) -> str:
   """Name of encoder block `index` (0-based), also the key of its router metrics: 'block_01'."""
   return f'block_{index:02d}'
@@ -85,6 +102,9 @@ class ModelConfig:
   patch_size overrides the variant's patch (None: take it from the variant). The defaults are
   V-MoE's (no dropout, no pre-logits layer, class-token pooling); configs/common.py builds
   `config.model` from this class.
+  dtype: the compute dtype of the encoder and the experts ('float32' or 'bfloat16'; DTYPES);
+  parameters, the router, the head's logits, the loss and the few-shot features stay float32.
+  remat: recompute each encoder block in the backward pass (REMAT_POLICY) to save memory.
   """
   variant: str
   num_classes: int
@@ -95,8 +115,12 @@ class ModelConfig:
   dropout_rate: float = 0.0
   representation_size: int | None = None
   pool: str = 'tok'
+  dtype: str = 'float32'
+  remat: bool = False
 
   def __post_init__(self):
+    if self.dtype not in DTYPES:
+      raise ValueError(f'unknown model.dtype {self.dtype!r}; valid: {", ".join(DTYPES)}.')
     if self.patch is None:   # decode_variant fails first on an unknown variant.
       raise ValueError(f'model.variant={self.variant!r} names no patch size; set '
                        'model.patch_size or use SIZE/PATCH (e.g. B/32).')
@@ -134,16 +158,18 @@ class ModelConfig:
 
 
 class MlpBlock(nn.Module):
-  """The dense transformer MLP: Dense(mlp_dim) -> GELU -> Dense(D), dropout after each."""
+  """The dense transformer MLP: Dense(mlp_dim) -> GELU -> Dense(D), dropout after each; computed
+  in `dtype` from float32 parameters."""
   mlp_dim: int
   dropout_rate: float = 0.0
+  dtype: jnp.dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
     # ViT's initialisation: Xavier-uniform kernels, near-zero biases (as the MoE experts).
     dense = lambda features, name: nn.Dense(
         features, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+        bias_init=nn.initializers.normal(stddev=1e-6), dtype=self.dtype, name=name)
     dropout = lambda h: nn.Dropout(self.dropout_rate, deterministic=not train)(h)
     h = dropout(nn.gelu(dense(self.mlp_dim, 'fc1')(x)))
     return dropout(dense(x.shape[-1], 'fc2')(h))
@@ -153,26 +179,32 @@ class EncoderBlock(nn.Module):
   """Pre-LayerNorm block: x + Attention(LN(x)), then + MLP(LN(.)) or + MoE(LN(.)).
 
   Returns (x, metrics): metrics is the MoE layer's router metrics dict, or None for a dense MLP.
+  Computes in `dtype` (LayerNorm statistics and the attention softmax in float32); `train` is
+  positional so that nn.remat can treat it as static.
   """
   num_heads: int
   mlp_dim: int
   dropout_rate: float = 0.0
   moe: moe_lib.MoeConfig | None = None
+  dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool):
-    y = nn.LayerNorm(name='norm1')(x)
+  def __call__(self, x: jax.Array, train: bool):
+    y = nn.LayerNorm(dtype=self.dtype, name='norm1')(x)
     y = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, kernel_init=nn.initializers.xavier_uniform(),
+        dtype=self.dtype, force_fp32_for_softmax=True,
         deterministic=True, name='attention')(y, y)   # No attention dropout (V-MoE: 0.0).
     x = x + nn.Dropout(self.dropout_rate, deterministic=not train)(y)
-    y = nn.LayerNorm(name='norm2')(x)
+    y = nn.LayerNorm(dtype=self.dtype, name='norm2')(x)
     if self.moe is None:
-      return x + MlpBlock(self.mlp_dim, self.dropout_rate, name='mlp')(y, train=train), None
+      mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='mlp')
+      return x + mlp(y, train=train), None
     y, metrics = moe_lib.MoeMlp(
         num_experts=self.moe.num_experts, mlp_dim=self.mlp_dim, router=self.moe.router,
         group_size=self.moe.group_size, dispatch=self.moe.dispatch,
-        expert_init=self.moe.expert_init, dropout_rate=self.dropout_rate, name='moe')(
+        expert_init=self.moe.expert_init, dropout_rate=self.dropout_rate, dtype=self.dtype,
+        dispatch_dtype=moe_lib.buffer_dtype(self.dtype, self.moe.dispatch_dtype), name='moe')(
             y, train=train)
     return x + y, metrics
 
@@ -190,6 +222,8 @@ class VisionTransformer(nn.Module):
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
   moe: moe_lib.MoeConfig | None = None   # None: a dense model.
+  dtype: jnp.dtype = jnp.float32         # Compute dtype of the encoder (ModelConfig.dtype).
+  remat: bool = False                    # Recompute blocks in the backward pass (REMAT_POLICY).
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool = False):
@@ -200,27 +234,32 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'patch size {self.patch_size} does not divide the {height}x{width} '
                        'images; change model.patch_size or model.image_size.')
     p = self.patch_size
-    x = nn.Conv(self.width, (p, p), strides=(p, p), padding='VALID', name='embedding')(images)
+    x = nn.Conv(self.width, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
+                name='embedding')(images)
     x = x.reshape(x.shape[0], -1, self.width)                          # (B, H/P * W/P, D)
     if self.pool == 'tok':   # The class token is initialised at zero (ViT, V-MoE).
-      cls = self.param('cls', nn.initializers.zeros, (1, 1, self.width))
+      cls = self.param('cls', nn.initializers.zeros, (1, 1, self.width)).astype(self.dtype)
       x = jnp.concatenate([jnp.tile(cls, (x.shape[0], 1, 1)), x], axis=1)
     # One learned embedding per token, the class token's included (ViT: stddev 0.02).
     posemb = self.param('pos_embedding', nn.initializers.normal(stddev=0.02),
                         (1,) + x.shape[1:])
-    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb)
+    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb.astype(self.dtype))
 
     moe_layers = () if self.moe is None else moe_layer_indices(self.depth, self.moe.every)
     router_metrics, aux_loss = {}, jnp.zeros((), jnp.float32)
+    # static_argnums counts the module: (self, x, train).
+    block = nn.remat(EncoderBlock, policy=REMAT_POLICY, static_argnums=(2,)) if self.remat else (
+        EncoderBlock)
     for i in range(self.depth):
       name = block_name(i)
-      x, metrics = EncoderBlock(
+      x, metrics = block(
           self.num_heads, self.mlp_dim, self.dropout_rate,
-          self.moe if i in moe_layers else None, name=name)(x, train=train)
+          self.moe if i in moe_layers else None, self.dtype, name=name)(x, train)
       if metrics is not None:
         router_metrics[name] = metrics
         aux_loss = aux_loss + metrics['aux_loss']
-    encoded = nn.LayerNorm(name='encoder_norm')(x)
+    # From here on float32: the features the few-shot evaluation reads, and the logits of the loss.
+    encoded = nn.LayerNorm(dtype=jnp.float32, name='encoder_norm')(x)
 
     pooled = encoded[:, 0] if self.pool == 'tok' else jnp.mean(encoded, axis=1)
     pre_logits = pooled
@@ -247,4 +286,4 @@ def build_model(model: ModelConfig, moe: moe_lib.MoeConfig) -> VisionTransformer
       num_classes=model.num_classes, patch_size=model.patch, pool=model.pool,
       representation_size=model.representation_size, head_bias_init=model.head_bias_init,
       dropout_rate=model.dropout_rate, moe=moe if moe.num_experts > 0 else None,
-      **dataclasses.asdict(size))
+      dtype=compute_dtype(model.dtype), remat=model.remat, **dataclasses.asdict(size))

@@ -1,0 +1,267 @@
+"""The paper models' training step, measured: B/32, B/16 and L/16 x router x dtype (a benchmark).
+
+  python -m bench.paper_step --out bench/results/paper_step.json        # the grid, as `make bench`
+  python -m bench.paper_step --archs B/32 --routers dense,soft_moe --dtypes bfloat16 --rounds 3
+
+Each row is the trainer's step of a paper config (configs/common.py get_paper_config at c = 1;
+'dense' is the same ViT without MoE layers), built by vmoe/setup.py, compiled ahead of time, on a
+synthetic batch put on the devices once. dtype 'float32' is the configs' default (float32 model,
+bfloat16 dispatch: V-MoE's); 'bfloat16' is --config.model.dtype=bfloat16.
+
+Timing: every step of the grid is compiled first; then `--rounds` rounds visit the rows in turn,
+each timing `--steps` steps (the first round after `--warmup` untimed ones); step_ms is the median
+over rounds. One train state is alive at a time (a row's state is created before its turn and
+dropped after), so L/16 fits on a host that could not hold the grid's states together.
+Fields of a row: arch, router, dtype, dispatch_dtype, per_device_batch, num_experts, mesh, remat,
+step_ms, images_per_second, flops_per_image (XLA's cost analysis of the compiled per-device step:
+vmoe/flops.py says what it counts), mfu (achieved FLOP/s over the devices' peak, `peak_flops`),
+peak_memory_bytes (the compiled step's memory analysis: arguments + temporaries, the outputs
+aliasing the donated state), and, for MoE rows, vs_dense (step time over the dense row of the same
+arch and dtype), flops_vs_dense and, for Soft MoE, vs_flops_scaled_dense (vs_dense over
+flops_vs_dense). The issue's targets: sparse routers <= 1.15x dense, Soft MoE <= 1.1x the
+FLOPs-scaled dense step.
+
+Defaults: on accelerators the recipe's per-device batch (4096 over the devices), E = 32 experts
+and mesh.expert = gcd(devices, 32). On CPU (one device) 8 images (one routing group: the smallest
+batch the recipe routes) and E = 4 experts: one device's share of E = 32 on an 8-way expert mesh,
+so that a device holds and computes what it would on an 8-GPU node (without the all-to-all);
+L/16 with E = 32 needs ~50 GB of state. Both are recorded in every row.
+
+Run time on the 2-core CPU (estimated from B/32 rows measured on 2026-11-24: 7-14 s to compile a
+row, 1.6-2.4 s a step at 8 images; B/16 has ~4x and L/16 ~14x B/32's FLOPs per image): ~25-35
+minutes for the default grid, over the issue's 15 even at the smallest batch the recipe routes
+(one group of 8 images), most of it L/16's 30 timed steps and state initialisations.
+`--archs B/32,B/16` takes ~10 minutes.
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from base import atomic
+from bench import moe_layer
+from configs import common
+from configs import experiment as experiment_parser
+from vmoe import flops
+from vmoe import setup as setup_lib
+from vmoe import sharding
+
+ARCHS = ('B/32', 'B/16', 'L/16')
+DENSE = common.DENSE
+ROUTERS = (DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+DTYPES = ('float32', 'bfloat16')
+SOFT = 'soft_moe'
+TARGETS = {'sparse_vs_dense': 1.15, 'soft_moe_vs_flops_scaled_dense': 1.1}
+CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
+# Dense peak FLOP/s per JAX device, by a substring of jax's device_kind, (bfloat16, float32).
+# float32 matmuls run as bfloat16 passes on TPU and as TF32 on A100/H100/H200 at JAX's default
+# precision (jax-ml/jax#18934), so those are the float32 peaks. A TPU v3 device is one TensorCore
+# (half a 123 TFLOP/s chip); v4 and v5e devices are chips. Sources: cloud.google.com/tpu/docs
+# (v3, v4, v5e); NVIDIA's A100 and H100/H200 SXM datasheets (dense, without sparsity).
+PEAK_FLOPS = {
+    'TPU v3': (61.5e12, 61.5e12),
+    'TPU v4': (275e12, 275e12),
+    'TPU v5 lite': (197e12, 197e12),
+    'TPU v5e': (197e12, 197e12),
+    'A100': (312e12, 156e12),
+    'H100': (989e12, 494.5e12),
+    'H200': (989e12, 494.5e12),
+}
+
+
+def table_peak(device_kind: str, dtype: str) -> float | None:
+  """The table's peak FLOP/s of one device of `device_kind` in `dtype`, or None if not listed."""
+  for name, peaks in PEAK_FLOPS.items():
+    if name in device_kind:
+      return peaks[('bfloat16', 'float32').index(dtype)]
+  return None
+
+
+def calibrated_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:
+  """FLOP/s of the best of `repeats` size x size matmuls in `dtype` on this device (a CPU has no
+  table entry: its peak is what XLA reaches on the step's own kind of work)."""
+  a = jnp.ones((size, size), dtype)
+  matmul = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(matmul(a))
+  best = math.inf
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a))
+    best = min(best, time.perf_counter() - start)
+  return 2 * size ** 3 / best
+
+
+def peak_flops(dtype: str) -> tuple[float, str]:
+  """(peak FLOP/s of one device in `dtype`, where it comes from)."""
+  kind = jax.devices()[0].device_kind
+  peak = table_peak(kind, dtype)
+  if peak is not None:
+    return peak, f'table ({kind})'
+  return calibrated_peak(dtype), f'calibration matmul ({kind})'
+
+
+def on_cpu() -> bool:
+  return jax.devices()[0].platform == 'cpu'
+
+
+def paper_experiment(arch: str, router: str, dtype: str, per_device_batch: int,
+                     num_experts: int, remat: bool):
+  """The paper config of arch x router at c = 1, at `per_device_batch` images on every device."""
+  config = common.get_paper_config(arch, router, 'c=1')
+  num_devices = jax.device_count()
+  common.override(config, {
+      'batch_size': per_device_batch * num_devices, 'model.dtype': dtype, 'model.remat': remat,
+      'mesh.expert': math.gcd(num_devices, num_experts), 'mesh.data': -1})
+  if router != DENSE:
+    config.moe.num_experts = num_experts
+  return experiment_parser.parse(config)
+
+
+class Stepper:
+  """The compiled step of one row; `load` makes its state and batch, each call runs one step."""
+
+  def __init__(self, arch, router, dtype, per_device_batch, num_experts, remat):
+    self.experiment = paper_experiment(arch, router, dtype, per_device_batch, num_experts, remat)
+    self.setup = setup_lib.build(self.experiment)
+    self.compiled = self.setup.compile()
+    memory = self.compiled.memory_analysis()
+    e = self.experiment
+    self.fields = {
+        'arch': arch, 'router': router, 'dtype': dtype,
+        'dispatch_dtype': None if router == DENSE else e.moe.dispatch_dtype,
+        'per_device_batch': per_device_batch,
+        'num_experts': e.moe.num_experts, 'mesh': dict(self.setup.mesh.shape), 'remat': remat,
+        'flops_per_image': flops.compiled_flops(self.compiled) / per_device_batch,
+        'peak_memory_bytes': int(memory.argument_size_in_bytes + memory.temp_size_in_bytes)}
+    self.state = self.batch = None
+
+  def load(self):
+    """A fresh state and a synthetic batch on the devices."""
+    e = self.experiment
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (e.batch_size,) + e.model.image_shape).astype(np.float32)
+    labels = np.eye(e.model.num_classes, dtype=np.float32)[
+        rng.integers(0, e.model.num_classes, e.batch_size)]
+    self.state = self.setup.init_state(jax.random.PRNGKey(0))
+    self.batch = sharding.put_batch({'image': images, 'labels': labels},
+                                    self.setup.batch_sharding)
+
+  def unload(self):
+    self.state = self.batch = None
+
+  def __call__(self):
+    self.state, metrics = self.compiled(self.state, self.batch, jax.random.PRNGKey(1))
+    return metrics['loss']
+
+
+def interleaved_ms(steppers: list, rounds: int, steps: int, warmup: int) -> list[list[float]]:
+  """Each stepper's per-round median step (ms), the steppers visited in turn every round, one
+  loaded at a time."""
+  round_ms = [[] for _ in steppers]
+  for index in range(rounds):
+    for stepper, times in zip(steppers, round_ms):
+      stepper.load()
+      times.append(moe_layer.time_ms(stepper, warmup=warmup if index == 0 else 0, repeats=steps))
+      stepper.unload()
+  return round_ms
+
+
+def row(fields: dict, round_ms: list[float], peak: float) -> dict:
+  """A row from a stepper's fields, its rounds and the device's peak FLOP/s in the row's dtype."""
+  step_ms = statistics.median(round_ms)
+  images_per_second = fields['per_device_batch'] * jax.device_count() / (step_ms / 1e3)
+  achieved = fields['flops_per_image'] * images_per_second / jax.device_count()
+  return {**fields, 'step_ms': round(step_ms, 3), 'round_ms': [round(t, 3) for t in round_ms],
+          'images_per_second': round(images_per_second, 3), 'mfu': achieved / peak}
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+  """Each MoE row with its step and FLOPs over the dense row of the same arch and dtype (when the
+  grid has it), and the issue's target for it."""
+  dense = {(r['arch'], r['dtype']): r for r in rows if r['router'] == DENSE}
+  out = []
+  for r in rows:
+    base = dense.get((r['arch'], r['dtype']))
+    if r['router'] == DENSE or base is None:
+      out.append(r)
+      continue
+    vs_dense = r['step_ms'] / base['step_ms']
+    flops_ratio = r['flops_per_image'] / base['flops_per_image']
+    extra = {'vs_dense': round(vs_dense, 3), 'flops_vs_dense': round(flops_ratio, 3)}
+    if r['router'] == SOFT:
+      extra['vs_flops_scaled_dense'] = round(vs_dense / flops_ratio, 3)
+      extra['target'] = TARGETS['soft_moe_vs_flops_scaled_dense']
+      extra['meets_target'] = extra['vs_flops_scaled_dense'] <= extra['target']
+    else:
+      extra['target'] = TARGETS['sparse_vs_dense']
+      extra['meets_target'] = extra['vs_dense'] <= extra['target']
+    out.append({**r, **extra})
+  return out
+
+
+def run(args) -> dict:
+  """The grid of args: compiled, timed interleaved, with ratios; the JSON record."""
+  grid = [(arch, router, dtype) for arch in args.archs for router in args.routers
+          for dtype in args.dtypes]
+  steppers = []
+  for arch, router, dtype in grid:
+    start = time.perf_counter()
+    steppers.append(Stepper(arch, router, dtype, args.per_device_batch, args.num_experts,
+                            args.remat))
+    print(f'compiled {arch} {router} {dtype} in {time.perf_counter() - start:.0f} s', flush=True)
+  peaks = {dtype: peak_flops(dtype) for dtype in args.dtypes}
+  round_ms = interleaved_ms(steppers, args.rounds, args.steps, args.warmup)
+  rows = add_ratios([row(s.fields, times, peaks[s.fields['dtype']][0])
+                     for s, times in zip(steppers, round_ms)])
+  for r in rows:
+    print(json.dumps(r), flush=True)
+  return {'machine': moe_layer.machine(),
+          'peak_flops': {d: {'flops_per_second': p, 'source': src} for d, (p, src) in peaks.items()},
+          'method': f'paper configs at c=1 (trainer step, synthetic batch); {args.rounds} '
+                    f'interleaved rounds of {args.steps} steps per row after {args.warmup} '
+                    'warm-up steps; step_ms = median over rounds', 'targets': TARGETS,
+          'rows': rows}
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  cpu = on_cpu()
+  parser.add_argument('--archs', default=','.join(ARCHS))
+  parser.add_argument('--routers', default=','.join(ROUTERS))
+  parser.add_argument('--dtypes', default=','.join(DTYPES))
+  parser.add_argument('--per-device-batch', type=int,
+                      default=CPU_PER_DEVICE_BATCH if cpu else
+                      common.PAPER_BATCH_SIZE // jax.device_count(),
+                      help='images per device (default: 8 on CPU, the recipe\'s 4096 / devices '
+                           'on accelerators)')
+  parser.add_argument('--num-experts', type=int, default=CPU_NUM_EXPERTS if cpu else 32,
+                      help='E (default: 4 on CPU, one device\'s share of 32 on 8; else 32)')
+  parser.add_argument('--remat', action='store_true', help='config.model.remat=True')
+  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--steps', type=int, default=1, help='timed steps per row and round')
+  parser.add_argument('--warmup', type=int, default=0,
+                      help='untimed steps before the first round (every round starts from a '
+                           'fresh state, and the median over rounds drops a slow first one)')
+  parser.add_argument('--out', default='bench/results/paper_step.json')
+  args = parser.parse_args(argv)
+  args.archs, args.routers, args.dtypes = (
+      [v for v in text.split(',') if v] for text in (args.archs, args.routers, args.dtypes))
+  for name, values, valid in (('--archs', args.archs, ARCHS), ('--dtypes', args.dtypes, DTYPES)):
+    if not set(values) <= set(valid):
+      parser.error(f'{name}: valid values are {", ".join(valid)}')
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  atomic.write_json(args.out, run(args))
+  print(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,76 @@
+"""The paper-step benchmark: its grid on shrunk paper configs, the rows' fields and the ratios'
+arithmetic (no timing is checked)."""
+import jax
+import pytest
+
+from bench import paper_step
+from configs import common
+
+
+def test_grid_on_runlocal_configs_writes_every_field(tmp_path, monkeypatch, capsys):
+  # The paper configs' runlocal shrink ('mu/32' on 64 x 64 images) stands in for B/32 at 224 px.
+  paper_config = common.get_paper_config
+  monkeypatch.setattr(paper_step.common, 'get_paper_config',
+                      lambda arch, router, arg: paper_config(arch, router, f'{arg},runlocal=True'))
+  calibrate = paper_step.calibrated_peak
+  monkeypatch.setattr(paper_step, 'calibrated_peak', lambda dtype: calibrate(dtype, size=256))
+  args = paper_step.parse_args(['--archs', 'B/32', '--routers', 'dense,soft_moe',
+                                '--rounds', '2', '--warmup', '0', '--out', str(tmp_path / 'o.json')])
+  assert args.per_device_batch == 8 and args.num_experts == 4     # The CPU defaults.
+  result = paper_step.run(args)
+  capsys.readouterr()
+  assert result['peak_flops']['float32']['source'].startswith('calibration matmul')
+  rows = {(r['router'], r['dtype']): r for r in result['rows']}
+  assert len(result['rows']) == 4
+  for (router, dtype), r in rows.items():
+    assert r['arch'] == 'B/32' and r['per_device_batch'] == 8 and len(r['round_ms']) == 2
+    assert r['num_experts'] == (0 if router == 'dense' else 4)
+    assert r['dispatch_dtype'] == (None if router == 'dense' else 'bfloat16')
+    assert r['flops_per_image'] > 0 and r['peak_memory_bytes'] > 0 and 0 < r['mfu']
+    assert r['images_per_second'] == pytest.approx(8 / (r['step_ms'] / 1e3), rel=1e-3)
+  for dtype in paper_step.DTYPES:
+    dense, soft = rows[('dense', dtype)], rows[('soft_moe', dtype)]
+    assert soft['vs_dense'] == pytest.approx(soft['step_ms'] / dense['step_ms'], abs=1e-3)
+    assert soft['vs_flops_scaled_dense'] == pytest.approx(
+        soft['vs_dense'] / soft['flops_vs_dense'], abs=2e-3)
+  # bfloat16 activations: the step needs less memory than in float32.
+  assert rows[('dense', 'bfloat16')]['peak_memory_bytes'] < rows[('dense', 'float32')][
+      'peak_memory_bytes']
+
+
+def fields(arch, router, dtype, flops):
+  return {'arch': arch, 'router': router, 'dtype': dtype, 'per_device_batch': 8,
+          'flops_per_image': flops}
+
+
+def test_rows_and_ratios_hand_worked():
+  peak = 1e12
+  rows = [paper_step.row(fields('B/32', 'dense', 'float32', 1e9), [10.0, 30.0, 20.0], peak),
+          paper_step.row(fields('B/32', 'sinkhorn_ec', 'float32', 1e9), [22.0], peak),
+          paper_step.row(fields('B/32', 'soft_moe', 'float32', 1.25e9), [25.0], peak),
+          paper_step.row(fields('B/16', 'soft_moe', 'float32', 1e9), [25.0], peak)]
+  dense = rows[0]
+  # Median 20 ms for 8 images per device: 400 images/s per device, 4e11 FLOP/s: 40% of 1e12.
+  assert dense['step_ms'] == 20.0
+  assert dense['images_per_second'] == 400.0 * jax.device_count()
+  assert dense['mfu'] == pytest.approx(0.4)
+  dense_, sparse, soft, lonely = paper_step.add_ratios(rows)
+  assert dense_ == dense and lonely == rows[3]      # No dense B/16 row: no ratio.
+  # 22 / 20 = 1.1 <= 1.15; Soft MoE 25 / 20 = 1.25 at 1.25x the FLOPs: 1.0 of the scaled dense.
+  assert (sparse['vs_dense'], sparse['flops_vs_dense'], sparse['meets_target']) == (1.1, 1.0, True)
+  assert (soft['vs_dense'], soft['flops_vs_dense'], soft['vs_flops_scaled_dense']) == (
+      1.25, 1.25, 1.0)
+  assert soft['target'] == 1.1 and soft['meets_target']
+
+
+def test_peak_table_and_calibration():
+  assert paper_step.table_peak('NVIDIA H100 80GB HBM3', 'bfloat16') == 989e12
+  assert paper_step.table_peak('NVIDIA A100-SXM4-80GB', 'float32') == 156e12
+  assert paper_step.table_peak('TPU v4', 'float32') == 275e12
+  assert paper_step.table_peak('cpu', 'float32') is None
+  assert paper_step.calibrated_peak('float32', size=64, repeats=2) > 0
+
+
+def test_unknown_arch_is_refused():
+  with pytest.raises(SystemExit):
+    paper_step.parse_args(['--archs', 'H/14'])

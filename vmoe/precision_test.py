@@ -1,0 +1,187 @@
+"""Mixed precision and rematerialisation: what config.model.dtype, moe.dispatch_dtype and
+config.model.remat change, and what they must not (routing decisions, values).
+
+Tolerances are in units of the formats' rounding, not measured on this machine: float32 has
+eps = 2^-23 and bfloat16 eps = 2^-7 (8 significant bits); round-to-nearest errs by half an eps.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import common
+from configs import experiment as experiment_parser
+from configs import tiny
+from vmoe import moe
+from vmoe import setup as setup_lib
+from vmoe import sharding
+from vmoe import train_step as train_lib
+from vmoe import vit
+from vmoe.routing import router as router_lib
+
+F32_EPS = float(np.finfo(np.float32).eps)
+BF16_EPS = float(jnp.finfo(jnp.bfloat16).eps)
+NUM_EXPERTS, MLP_DIM, GROUP_SIZE = 4, 32, 2
+BATCH = 16                              # One routing group of configs/tiny.py (16 x 17 tokens).
+TOKENS = BATCH * 17
+
+
+def tiny_experiment(**overrides):
+  """configs/tiny.py at batch 16 (one routing group), warm-up 10 steps, with `overrides`."""
+  config = common.override(tiny.get_config(), {
+      'batch_size': BATCH, 'num_train_steps': 100, 'schedule.warmup_steps': 10, **overrides})
+  return experiment_parser.parse(config, num_devices=1)
+
+
+def learnable_batches(num_steps: int, seed: int = 0):
+  """`num_steps` batches of 28x28x1 images whose class is a fixed random prototype plus noise:
+  enough signal for 100 steps to lower the loss, drawn once so both dtypes see the same data."""
+  rng = np.random.default_rng(seed)
+  prototypes = rng.uniform(-1, 1, (10, 28, 28, 1)).astype(np.float32)
+  for _ in range(num_steps):
+    labels = rng.integers(0, 10, BATCH)
+    noise = rng.normal(0, 0.5, (BATCH, 28, 28, 1)).astype(np.float32)
+    yield {'image': np.clip(prototypes[labels] + noise, -1, 1),
+           'labels': np.eye(10, dtype=np.float32)[labels]}
+
+
+def train_losses(experiment, num_steps: int) -> np.ndarray:
+  """The per-step training losses of `experiment` from its seed, through the one setup path."""
+  setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+                                                         jax.devices()[:1]))
+  state = setup.init_state(jax.random.PRNGKey(experiment.seed))
+  compiled = setup.compile()
+  found = []
+  for i, batch in enumerate(learnable_batches(num_steps)):
+    state, metrics = compiled(state, sharding.put_batch(batch, setup.batch_sharding),
+                              jax.random.PRNGKey(i))
+    found.append(metrics['loss'])
+  return np.asarray(jax.device_get(found), np.float64)
+
+
+@pytest.mark.parametrize('router', router_lib.PAPER_ROUTERS)
+def test_bfloat16_model_routes_as_the_float32_model(router):
+  # Tokens exactly representable in bfloat16, so that both layers see the same values: the router
+  # reads them in float32 under either model dtype, so its logits, and the routing decisions and
+  # weights computed from them, are identical; only the experts and the buffers are bfloat16.
+  x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16)).astype(jnp.bfloat16)
+  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  layer = lambda dtype: moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dtype=dtype,
+                                   dispatch_dtype=moe.buffer_dtype(dtype, 'float32'))
+  params = layer(jnp.float32).init(jax.random.PRNGKey(1), x.astype(jnp.float32))
+  rngs = {'gating': jax.random.PRNGKey(2)}
+
+  def route(dtype):
+    (y, _), state = layer(dtype).apply(params, x.astype(dtype), train=True, rngs=rngs,
+                                       capture_intermediates=True)
+    (found, _), = state['intermediates']['router']['__call__']
+    return y, found
+
+  y_32, route_32 = route(jnp.float32)
+  y_16, route_16 = route(jnp.bfloat16)
+  assert y_32.dtype == jnp.float32 and y_16.dtype == jnp.bfloat16
+  assert type(route_32) is type(route_16)
+  for a, b in zip(route_32, route_16):
+    assert a.dtype == b.dtype and a.dtype in (jnp.int32, jnp.float32)
+    np.testing.assert_array_equal(a, b)     # Same slot_token (and weights), bit for bit.
+
+
+def test_dtype_sets_the_compute_dtype_and_keeps_parameters_features_and_logits_float32():
+  experiment = tiny_experiment(**{'model.dtype': 'bfloat16'})
+  model = vit.build_model(experiment.model, experiment.moe)
+  images = jnp.zeros((BATCH, 28, 28, 1), jnp.float32)
+  variables = model.init(jax.random.PRNGKey(0), images)
+  assert {p.dtype for p in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+  (logits, aux), state = model.apply(variables, images, capture_intermediates=True)
+  assert logits.dtype == aux['pre_logits'].dtype == aux['encoded'].dtype == jnp.float32
+  captured = state['intermediates']
+  (block, _), = captured['block_00']['__call__']
+  assert block.dtype == jnp.bfloat16                  # The residual stream.
+  buffers, = captured['block_01']['moe']['experts']['__call__']
+  assert buffers.dtype == jnp.bfloat16                # Expert outputs, before the combine.
+
+
+def test_float32_model_with_bfloat16_dispatch_moves_bfloat16_buffers():
+  # V-MoE's Bfloat16Dispatcher: the experts compute in float32 from bfloat16 buffers.
+  assert moe.buffer_dtype(jnp.float32, 'bfloat16') == jnp.bfloat16
+  assert moe.buffer_dtype(jnp.float32, 'float32') == jnp.float32
+  assert moe.buffer_dtype(jnp.bfloat16, 'float32') == jnp.bfloat16
+  experiment = tiny_experiment(**{'moe.dispatch_dtype': 'bfloat16'})
+  model = vit.build_model(experiment.model, experiment.moe)
+  images = jnp.zeros((BATCH, 28, 28, 1), jnp.float32)
+  variables = model.init(jax.random.PRNGKey(0), images)
+  (_, aux), state = model.apply(variables, images, capture_intermediates=True)
+  buffers, = state['intermediates']['block_01']['moe']['experts']['__call__']
+  (block, _), = state['intermediates']['block_01']['__call__']
+  assert buffers.dtype == jnp.bfloat16 and block.dtype == jnp.float32
+
+
+def test_unknown_dtypes_name_the_key():
+  with pytest.raises(ValueError, match='model.dtype'):
+    tiny_experiment(**{'model.dtype': 'float16'})
+  with pytest.raises(ValueError, match='moe.dispatch_dtype'):
+    tiny_experiment(**{'moe.dispatch_dtype': 'int8'})
+
+
+# bfloat16 training tracks float32 (test_bfloat16_training_tracks_float32). A first-order
+# estimate, not a measurement: in bfloat16 every activation on the path from the images to the
+# loss is rounded, relative error <= u = BF16_EPS / 2 = 2^-8 each. The tiny model's path holds
+# about ROUNDINGS roundings in series (4 blocks x ~12: two LayerNorms, q, k, v, the attention
+# output and its projection, a residual add, fc1, GELU, fc2, a residual add; plus the embedding).
+# Independent roundings add in quadrature: the loss and each gradient carry a relative error of
+# about delta = sqrt(ROUNDINGS) u (2.8%). Over a run, the forward rounding moves the loss by
+# delta L(t), and each Adam step's update (normalised, so its size does not depend on the
+# gradient's scale) errs in direction by ~delta, so the decrease the run has achieved,
+# L(0) - L(t), is reached to within delta (L(0) - L(t)): |L_bf16(t) - L_f32(t)| <= 2 delta L(0),
+# with L(0) = log(10) (zero head). Window means of WINDOW steps are compared, as a spike of a few
+# steps in one run (an Adam step that overshoots in one dtype and not the other) is in the bound
+# of a single step but not meant by "tracks".
+ROUNDINGS = 4 * 12 + 2
+TRACKING_ATOL = 2 * np.sqrt(ROUNDINGS) * (BF16_EPS / 2) * np.log(10)
+WINDOW = 10
+
+
+def test_bfloat16_training_tracks_float32():
+  float32 = train_losses(tiny_experiment(), 100)
+  bfloat16 = train_losses(tiny_experiment(**{'model.dtype': 'bfloat16'}), 100)
+  assert np.all(np.isfinite(bfloat16))
+  windows = lambda losses: losses.reshape(-1, WINDOW).mean(axis=1)
+  np.testing.assert_allclose(windows(bfloat16), windows(float32), rtol=0, atol=TRACKING_ATOL)
+  assert windows(bfloat16)[-1] < 0.1 * windows(bfloat16)[0]     # And it learns.
+
+
+# remat recomputes the same operations; only XLA's fusion of the recomputed blocks may reorder a
+# float32 sum. Two orders of an n-term sum differ by at most n ulps of the sum of the terms'
+# magnitudes; the longest sums are the weight gradients' over the batch's TOKENS tokens.
+REMAT_RTOL = TOKENS * F32_EPS
+
+
+@pytest.mark.parametrize('router', ['sinkhorn_ec', 'soft_moe'])
+def test_remat_changes_memory_not_values(router):
+  batch = next(learnable_batches(1))
+
+  def loss_and_grads(remat):
+    experiment = tiny_experiment(**{'model.remat': remat, 'moe.router.name': router})
+    model = vit.build_model(experiment.model, experiment.moe)
+    params = model.init(jax.random.PRNGKey(0), batch['image'])['params']
+    # A random head: with the zero-initialised one no gradient reaches the encoder.
+    head = params['head']['kernel']
+    params['head']['kernel'] = 0.1 * jax.random.normal(jax.random.PRNGKey(3), head.shape)
+    loss_fn = lambda p: train_lib.training_loss(model, p, batch['image'], batch['labels'],
+                                                jax.random.PRNGKey(1), experiment.loss)[0]
+    return jax.jit(jax.value_and_grad(loss_fn))(params)
+
+  # What remat saves is measured where activations dominate (launch/plan.py's remat column); at
+  # this size XLA:CPU's temporaries are mostly the parameters' gradients.
+  loss, grads = loss_and_grads(False)
+  loss_remat, grads_remat = loss_and_grads(True)
+  np.testing.assert_allclose(loss_remat, loss, rtol=REMAT_RTOL)
+  largest = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(grads))
+  for (path, g), g_remat in zip(jax.tree_util.tree_flatten_with_path(grads)[0],
+                                jax.tree.leaves(grads_remat)):
+    # The attention keys' bias has an exactly zero gradient (softmax ignores a shift shared by
+    # all keys): on both sides it is rounding, bounded by the largest gradient's.
+    zero = "['key']['bias']" in jax.tree_util.keystr(path)
+    scale = largest if zero else float(jnp.max(jnp.abs(g)))
+    np.testing.assert_allclose(g_remat, g, rtol=0, atol=REMAT_RTOL * scale, err_msg=str(path))
