@@ -6,7 +6,9 @@ under the same flags, and subprocesses that tests start inherit them. Benchmarks
 processes (python -m bench.NAME) and do not see them.
 
 The `hard_deadline` fixture is base/watchdog.py's backstop for tests of background threads;
-`once_per_session` shares a costly result among the session's pytest-xdist workers.
+`once_per_session` shares a costly result among the session's pytest-xdist workers;
+`tiny_experiment` builds configs/tiny.py's record for the end-to-end tests under vmoe/, which do
+not import configs/ (imports go configs -> vmoe, never back).
 """
 import fcntl
 import functools
@@ -56,3 +58,17 @@ def once_per_session(tmp_path_factory):
         atomic.write_json(str(path), compute())
     return json.loads(path.read_text())
   return once
+
+
+@pytest.fixture(scope='session')
+def tiny_experiment():
+  """build(arg='', overrides=None, num_devices=1) -> the Experiment of configs/tiny.py:ARG with
+  `overrides` ({'dotted.key': value}, as --config.dotted.key=value) for `num_devices` devices."""
+  from configs import common           # pylint: disable=import-outside-toplevel  (after XLA_FLAGS)
+  from configs import experiment       # pylint: disable=import-outside-toplevel
+  from configs import tiny             # pylint: disable=import-outside-toplevel
+
+  def build(arg: str = '', overrides: dict | None = None, num_devices: int = 1):
+    config = common.override(tiny.get_config(arg), overrides or {})
+    return experiment.parse(config, num_devices=num_devices)
+  return build

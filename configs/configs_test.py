@@ -2,6 +2,7 @@
 configs fail early naming the key to change; a paper config's CPU mode really trains."""
 import glob
 import importlib.util
+import json
 import math
 import os
 
@@ -15,6 +16,7 @@ import pytest
 from configs import common
 from configs import experiment
 from data import imagenet21k
+from vmoe import experiment as experiment_lib
 from vmoe import run_protocol
 from vmoe import trainer
 from vmoe import vit
@@ -289,6 +291,10 @@ def test_the_resolved_config_parses_back_to_the_same_record(name):
   assert parse(mlc.ConfigDict(parsed.to_dict())) == parsed
   dense = parse(load('tiny', 'router=dense'))
   assert parse(mlc.ConfigDict(dense.to_dict())) == dense
+  # vmoe.experiment.from_dict reads a record without configs/ (vmoe/multidevice_test.py's
+  # subprocesses): the same record, JSON round trip included.
+  for record in (parsed, dense):
+    assert experiment_lib.from_dict(json.loads(json.dumps(record.to_dict()))) == record
 
 
 def test_section_defaults_are_the_configs():

@@ -1,7 +1,7 @@
 """From a config (ml-collections) to the typed experiment record, once per run; and back.
 
-`parse(config)` builds a vmoe.experiment.Experiment: every section through its owner's frozen
-dataclass, which checks its own values (vit.ModelConfig, moe.MoeConfig holding a
+`parse(config)` builds a vmoe.experiment.Experiment (its `from_dict`): every section through its
+owner's frozen dataclass, which checks its own values (vit.ModelConfig, moe.MoeConfig holding a
 router.RouterConfig, data.config.DataConfig, ...), then `check` runs the checks that span
 sections, and the batch sizes are fitted to the devices (configs/batches.py). Errors are
 base/errors.py UserErrors naming the key to change: the sections' own checks raise ValueError (they
@@ -20,29 +20,9 @@ import ml_collections as mlc
 
 from base import errors
 from configs import batches
-from data import config as data_config
-from evaluation import classify
-from evaluation import fewshot
-from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
-from vmoe import moe as moe_lib
-from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
-from vmoe.routing import router as router_lib
-
-# Config key -> the dataclass of that section (moe, which holds the router, is built apart).
-SECTIONS = {
-    'model': vit.ModelConfig,
-    'data': data_config.DataConfig,
-    'optimizer': optim.OptimizerConfig,
-    'schedule': optim.ScheduleConfig,
-    'eval': classify.EvalConfig,
-    'fewshot': fewshot.FewShotConfig,
-    'checkpoint': checkpointing.CheckpointConfig,
-    'wandb': experiment_lib.WandbConfig,
-    'mesh': sharding.MeshConfig,
-}
 
 
 def section(instance) -> mlc.ConfigDict:
@@ -76,43 +56,9 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   """
   num_devices = jax.device_count() if num_devices is None else num_devices
   tree = config.to_dict() if isinstance(config, mlc.ConfigDict) else dict(config)
-  sections = {key: _build(cls, tree.get(key), key) for key, cls in SECTIONS.items()}
-  moe = dict(_block(tree.get('moe'), 'moe'))
-  router = moe.pop('router', None)
-  dense = moe.get('num_experts') == 0
-  moe['router'] = None if dense else _build(router_lib.RouterConfig, router, 'moe.router')
-  sections['moe'] = _build(moe_lib.MoeConfig, moe, 'moe')
-  run = {k: v for k, v in tree.items() if k not in sections}
-  experiment = _build(experiment_lib.Experiment, {**run, **sections}, 'config')
+  experiment = experiment_lib.from_dict(tree)
   check(experiment, num_devices)
   return batches.fit(experiment, num_devices, fixed)
-
-
-def _block(values, where: str) -> dict:
-  if not isinstance(values, dict):
-    raise errors.UserError(f'config.{where} is missing or not a block; build it with the '
-                     'configs/common.py helpers.')
-  return values
-
-
-def _build(cls, values, where: str):
-  """cls(**values), with unknown and missing keys and the class's own errors named."""
-  values = _block(values, where)
-  fields = {f.name: f for f in dataclasses.fields(cls)}
-  prefix = '' if where == 'config' else f'{where}.'
-  unknown = sorted(set(values) - set(fields))
-  if unknown:
-    raise errors.UserError(f'unknown config key(s) {", ".join(prefix + k for k in unknown)}; '
-                           f'valid: {", ".join(prefix + k for k in fields)}.')
-  required = [name for name, f in fields.items() if f.default is dataclasses.MISSING
-              and f.default_factory is dataclasses.MISSING and name not in values]
-  if required:
-    raise errors.UserError(f'the config lacks {", ".join(prefix + k for k in required)}.')
-  try:
-    return cls(**values)
-  except (TypeError, ValueError) as e:
-    named = where == 'config' or prefix in str(e)     # The message already names the key.
-    raise errors.UserError(str(e) if named else f'{where}: {e}') from None
 
 
 def check(experiment: experiment_lib.Experiment, num_devices: int | None = None) -> None:

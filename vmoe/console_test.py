@@ -1,15 +1,13 @@
 """Tests of the lines a run prints: header, evaluation, final summary."""
 import jax
 
-from configs import experiment
-from configs import tiny
 from vmoe import console
 from vmoe import run_protocol
 from vmoe import sharding
 
 
-def test_header_names_the_run_its_size_and_whether_it_resumed():
-  e = experiment.parse(tiny.get_config('router=soft_moe,c=2'))
+def test_header_names_the_run_its_size_and_whether_it_resumed(tiny_experiment):
+  e = tiny_experiment('router=soft_moe,c=2')
   mesh = sharding.make_mesh(sharding.MeshConfig(), jax.devices()[:1])
   fresh, resumed = (console.header(e, config_file='configs/tiny.py', mesh=mesh, num_params=372106,
                                    flops_per_step=9.82e8, workdir='/w', first_step=step)

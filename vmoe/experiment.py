@@ -2,11 +2,13 @@
 
 configs/experiment.py parses an ml-collections config into an `Experiment` once, at the start of
 a run; library code then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the
-config tree. `to_dict()` has the config's layout, so a recorded run's config parses again.
+config tree. `to_dict()` has the config's layout, and `from_dict` reads it back: a recorded run's
+config (its config.json or summary.json's resolved_config) becomes the same record again.
 """
 import dataclasses
 import json
 
+from base import errors
 from data import config as data_config
 from evaluation import classify
 from evaluation import fewshot
@@ -16,6 +18,7 @@ from vmoe import moe as moe_lib
 from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
+from vmoe.routing import router as router_lib
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 DENSE = 'dense'   # The router name of configs without MoE layers (moe.num_experts = 0).
@@ -79,3 +82,58 @@ class Experiment:
   def to_dict(self) -> dict:
     """The resolved config as JSON types (tuples as lists), in the config's layout."""
     return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+# Config key -> the dataclass of that section (moe, which holds the router, is built apart).
+SECTIONS = {
+    'model': vit.ModelConfig,
+    'data': data_config.DataConfig,
+    'optimizer': optim.OptimizerConfig,
+    'schedule': optim.ScheduleConfig,
+    'eval': classify.EvalConfig,
+    'fewshot': fewshot.FewShotConfig,
+    'checkpoint': checkpointing.CheckpointConfig,
+    'wandb': WandbConfig,
+    'mesh': sharding.MeshConfig,
+}
+
+
+def from_dict(tree: dict) -> Experiment:
+  """The record of a config in `to_dict()`'s layout, each section checked by its own dataclass;
+  a UserError names an unknown, missing or bad key. The checks that span sections are
+  configs/experiment.py's."""
+  sections = {key: _build(cls, tree.get(key), key) for key, cls in SECTIONS.items()}
+  moe = dict(_block(tree.get('moe'), 'moe'))
+  router = moe.pop('router', None)
+  dense = moe.get('num_experts') == 0
+  moe['router'] = None if dense else _build(router_lib.RouterConfig, router, 'moe.router')
+  sections['moe'] = _build(moe_lib.MoeConfig, moe, 'moe')
+  run = {k: v for k, v in tree.items() if k not in sections}
+  return _build(Experiment, {**run, **sections}, 'config')
+
+
+def _block(values, where: str) -> dict:
+  if not isinstance(values, dict):
+    raise errors.UserError(f'config.{where} is missing or not a block; build it with the '
+                           'configs/common.py helpers.')
+  return values
+
+
+def _build(cls, values, where: str):
+  """cls(**values), with unknown and missing keys and the class's own errors named."""
+  values = _block(values, where)
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  prefix = '' if where == 'config' else f'{where}.'
+  unknown = sorted(set(values) - set(fields))
+  if unknown:
+    raise errors.UserError(f'unknown config key(s) {", ".join(prefix + k for k in unknown)}; '
+                           f'valid: {", ".join(prefix + k for k in fields)}.')
+  required = [name for name, f in fields.items() if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING and name not in values]
+  if required:
+    raise errors.UserError(f'the config lacks {", ".join(prefix + k for k in required)}.')
+  try:
+    return cls(**values)
+  except (TypeError, ValueError) as e:
+    named = where == 'config' or prefix in str(e)     # The message already names the key.
+    raise errors.UserError(str(e) if named else f'{where}: {e}') from None

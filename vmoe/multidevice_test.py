@@ -1,9 +1,9 @@
 """Expert parallelism on 8 simulated CPU devices: a sharded training step equals the 1-device step.
 
 XLA reads --xla_force_host_platform_device_count only when jax starts and pytest's own process has
-one CPU device, so the steps run in a subprocess, `python -m vmoe.multidevice_test ROUTER ...`,
-which prints one JSON line per router for the test to check; two such subprocesses take three
-routers each, one per core.
+one CPU device, so the steps run in a subprocess, `python -m vmoe.multidevice_test RUNS.json`,
+which reads the runs' experiment records from a JSON file and prints one JSON line per run for the
+test to check; two such subprocesses take half the runs each, one per core.
 
 The model is configs/tiny.py shrunk to the 'mu/7' ViT (two blocks, block 1 an MoE layer of E = 8
 experts) with routing groups of 2 images and a batch of 16 = 8 devices x 2 images: every device
@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +34,7 @@ import numpy as np
 import optax
 import pytest
 
-from configs import experiment as experiment_parser
-from configs import tiny
+from vmoe import experiment as experiment_lib
 from vmoe import setup as setup_lib
 from vmoe import sharding
 from vmoe.routing import router as router_lib
@@ -79,18 +79,14 @@ BF16_GRAD_RTOL = BF16_ROUNDINGS * float(jnp.finfo(jnp.bfloat16).eps) / 2
 BF16_LOSS_RTOL = BF16_GRAD_RTOL / 2
 
 
-def small_experiment(router: str, dtype: str = 'float32'):
+def small_experiment(tiny_experiment, router: str, dtype: str = 'float32'):
   """configs/tiny.py with the mu/7 model computing in `dtype`, 2-image groups, 16 images and no
-  warm-up."""
-  config = tiny.get_config(f'router={router}')
-  config.model.variant = 'mu/7'
-  config.model.dtype = dtype
-  config.moe.group_size = GROUP_SIZE
-  config.batch_size = NUM_DEVICES * GROUP_SIZE
-  config.schedule.warmup_steps = 0      # A non-zero learning rate from the first step.
-  config.num_train_steps = 10
-  config.mesh.expert = EXPERT_AXIS
-  return experiment_parser.parse(config, num_devices=NUM_DEVICES)
+  warm-up (tiny_experiment is conftest.py's)."""
+  return tiny_experiment(f'router={router}', {
+      'model.variant': 'mu/7', 'model.dtype': dtype, 'moe.group_size': GROUP_SIZE,
+      'batch_size': NUM_DEVICES * GROUP_SIZE, 'num_train_steps': 10, 'mesh.expert': EXPERT_AXIS,
+      'schedule.warmup_steps': 0},    # A non-zero learning rate from the first step.
+      num_devices=NUM_DEVICES)
 
 
 def collectives(hlo_text: str) -> dict:
@@ -172,14 +168,13 @@ def step_differences(experiment, lr: float, start, state_1, state_8) -> dict:
   return found
 
 
-def compare(router: str, dtype: str = 'float32') -> dict:
-  """1-device vs 8-device steps of `router` in `dtype`: the differences and what the 8-device HLO
-  holds.
+def compare(key: str, experiment: experiment_lib.Experiment) -> dict:
+  """1-device vs 8-device steps of an experiment (run_key `key`): the differences and what the
+  8-device HLO holds.
 
   Every step starts both meshes from the same state (the 1-device state of the step before), so
   each comparison measures one step's rounding and differences do not compound.
   """
-  experiment = small_experiment(router, dtype)
   setup_1 = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
                                                            jax.devices()[:1]))
   setup_8 = setup_lib.build(experiment)      # experiment.mesh: data=2 x expert=4.
@@ -191,7 +186,7 @@ def compare(router: str, dtype: str = 'float32') -> dict:
   step_1, compiled_1 = compile_step(setup_1)
   step_8, compiled_8 = compile_step(setup_8)
   schedule, mesh_8 = setup_1.schedule, setup_8.mesh
-  found = {'router': router, 'key': run_key(router, dtype), 'mesh': dict(mesh_8.shape),
+  found = {'router': experiment.router_name, 'key': key, 'mesh': dict(mesh_8.shape),
            'loss_1': [], 'loss_8': [], 'steps': []}
   for i in range(STEPS):
     state_1, metrics_1 = step_1(state, batch, jax.random.PRNGKey(i))
@@ -214,26 +209,36 @@ def run_key(router: str, dtype: str) -> str:
   return router if dtype == 'float32' else f'{router}:{dtype}'
 
 
-def run_compare_subprocesses() -> dict:
-  """{run_key: compare(router, dtype)}, from two subprocesses of half the runs each (one per
-  core): the six routers in float32 and BFLOAT16_ROUTERS in bfloat16."""
+def run_compare_subprocesses(tiny_experiment) -> dict:
+  """{run_key: compare(...)}, from two subprocesses of half the runs each (one per core): the six
+  routers in float32 and BFLOAT16_ROUTERS in bfloat16."""
   env = {**os.environ, 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu'}
-  keys = [*ROUTERS, *(run_key(r, 'bfloat16') for r in BFLOAT16_ROUTERS)]
-  workers = [subprocess.Popen([sys.executable, '-m', 'vmoe.multidevice_test', *part], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for part in (keys[::2], keys[1::2])]
+  runs = [*((r, 'float32') for r in ROUTERS), *((r, 'bfloat16') for r in BFLOAT16_ROUTERS)]
+  records = {run_key(router, dtype): small_experiment(tiny_experiment, router, dtype).to_dict()
+             for router, dtype in runs}
+  keys = list(records)
+  with tempfile.TemporaryDirectory() as tmp:
+    workers = []
+    for i, part in enumerate((keys[::2], keys[1::2])):
+      path = os.path.join(tmp, f'runs_{i}.json')
+      with open(path, 'w', encoding='utf-8') as f:
+        json.dump({key: records[key] for key in part}, f)
+      workers.append(subprocess.Popen(
+          [sys.executable, '-m', 'vmoe.multidevice_test', path], cwd=REPO, env=env,
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [worker.communicate(timeout=900) for worker in workers]
   found = {}
-  for worker in workers:
-    stdout, stderr = worker.communicate(timeout=900)
+  for worker, (stdout, stderr) in zip(workers, outputs):
     assert worker.returncode == 0, stderr[-3000:]
     found.update((r['key'], r) for r in map(json.loads, stdout.splitlines()))
   return found
 
 
 @pytest.fixture(scope='module')
-def results(once_per_session) -> dict:
+def results(once_per_session, tiny_experiment) -> dict:
   """run_compare_subprocesses() once per test session, also under pytest-xdist (conftest.py)."""
-  return once_per_session('multidevice_results', run_compare_subprocesses)
+  return once_per_session('multidevice_results',
+                          lambda: run_compare_subprocesses(tiny_experiment))
 
 
 @pytest.mark.parametrize('router', ROUTERS)
@@ -293,6 +298,7 @@ def test_tokens_reach_their_experts_by_all_to_all(results, router):
 
 
 if __name__ == '__main__':
-  for key in sys.argv[1:]:
-    name, _, dtype = key.partition(':')
-    print(json.dumps(compare(name, dtype or 'float32')), flush=True)
+  with open(sys.argv[1], encoding='utf-8') as runs:
+    records = json.load(runs)
+  for run, record in records.items():
+    print(json.dumps(compare(run, experiment_lib.from_dict(record))), flush=True)

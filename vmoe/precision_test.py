@@ -10,9 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import common
-from configs import experiment as experiment_parser
-from configs import tiny
 from vmoe import moe
 from vmoe import setup as setup_lib
 from vmoe import sharding
@@ -27,11 +24,12 @@ BATCH = 16                              # One routing group of configs/tiny.py (
 TOKENS = BATCH * 17
 
 
-def tiny_experiment(**overrides):
-  """configs/tiny.py at batch 16 (one routing group), warm-up 10 steps, with `overrides`."""
-  config = common.override(tiny.get_config(), {
+@pytest.fixture
+def small(tiny_experiment):
+  """small(**overrides): configs/tiny.py at batch 16 (one routing group), warm-up 10 steps, with
+  `overrides` ({'dotted.key': value}); tiny_experiment is conftest.py's."""
+  return lambda **overrides: tiny_experiment('', {
       'batch_size': BATCH, 'num_train_steps': 100, 'schedule.warmup_steps': 10, **overrides})
-  return experiment_parser.parse(config, num_devices=1)
 
 
 def learnable_batches(num_steps: int, seed: int = 0):
@@ -87,8 +85,8 @@ def test_bfloat16_model_routes_as_the_float32_model(router):
     np.testing.assert_array_equal(a, b)     # Same slot_token (and weights), bit for bit.
 
 
-def test_dtype_sets_the_compute_dtype_and_keeps_parameters_features_and_logits_float32():
-  experiment = tiny_experiment(**{'model.dtype': 'bfloat16'})
+def test_dtype_sets_the_compute_dtype_and_keeps_parameters_features_and_logits_float32(small):
+  experiment = small(**{'model.dtype': 'bfloat16'})
   model = vit.build_model(experiment.model, experiment.moe)
   images = jnp.zeros((BATCH, 28, 28, 1), jnp.float32)
   variables = model.init(jax.random.PRNGKey(0), images)
@@ -102,12 +100,12 @@ def test_dtype_sets_the_compute_dtype_and_keeps_parameters_features_and_logits_f
   assert buffers.dtype == jnp.bfloat16                # Expert outputs, before the combine.
 
 
-def test_float32_model_with_bfloat16_dispatch_moves_bfloat16_buffers():
+def test_float32_model_with_bfloat16_dispatch_moves_bfloat16_buffers(small):
   # V-MoE's Bfloat16Dispatcher: the experts compute in float32 from bfloat16 buffers.
   assert moe.buffer_dtype(jnp.float32, 'bfloat16') == jnp.bfloat16
   assert moe.buffer_dtype(jnp.float32, 'float32') == jnp.float32
   assert moe.buffer_dtype(jnp.bfloat16, 'float32') == jnp.bfloat16
-  experiment = tiny_experiment(**{'moe.dispatch_dtype': 'bfloat16'})
+  experiment = small(**{'moe.dispatch_dtype': 'bfloat16'})
   model = vit.build_model(experiment.model, experiment.moe)
   images = jnp.zeros((BATCH, 28, 28, 1), jnp.float32)
   variables = model.init(jax.random.PRNGKey(0), images)
@@ -117,11 +115,11 @@ def test_float32_model_with_bfloat16_dispatch_moves_bfloat16_buffers():
   assert buffers.dtype == jnp.bfloat16 and block.dtype == jnp.float32
 
 
-def test_unknown_dtypes_name_the_key():
+def test_unknown_dtypes_name_the_key(small):
   with pytest.raises(ValueError, match='model.dtype'):
-    tiny_experiment(**{'model.dtype': 'float16'})
+    small(**{'model.dtype': 'float16'})
   with pytest.raises(ValueError, match='moe.dispatch_dtype'):
-    tiny_experiment(**{'moe.dispatch_dtype': 'int8'})
+    small(**{'moe.dispatch_dtype': 'int8'})
 
 
 # bfloat16 training tracks float32 (test_bfloat16_training_tracks_float32). A first-order
@@ -142,9 +140,9 @@ TRACKING_ATOL = 2 * np.sqrt(ROUNDINGS) * (BF16_EPS / 2) * np.log(10)
 WINDOW = 10
 
 
-def test_bfloat16_training_tracks_float32():
-  float32 = train_losses(tiny_experiment(), 100)
-  bfloat16 = train_losses(tiny_experiment(**{'model.dtype': 'bfloat16'}), 100)
+def test_bfloat16_training_tracks_float32(small):
+  float32 = train_losses(small(), 100)
+  bfloat16 = train_losses(small(**{'model.dtype': 'bfloat16'}), 100)
   assert np.all(np.isfinite(bfloat16))
   windows = lambda losses: losses.reshape(-1, WINDOW).mean(axis=1)
   np.testing.assert_allclose(windows(bfloat16), windows(float32), rtol=0, atol=TRACKING_ATOL)
@@ -158,11 +156,11 @@ REMAT_RTOL = TOKENS * F32_EPS
 
 
 @pytest.mark.parametrize('router', ['sinkhorn_ec', 'soft_moe'])
-def test_remat_changes_memory_not_values(router):
+def test_remat_changes_memory_not_values(small, router):
   batch = next(learnable_batches(1))
 
   def loss_and_grads(remat):
-    experiment = tiny_experiment(**{'model.remat': remat, 'moe.router.name': router})
+    experiment = small(**{'model.remat': remat, 'moe.router.name': router})
     model = vit.build_model(experiment.model, experiment.moe)
     params = model.init(jax.random.PRNGKey(0), batch['image'])['params']
     # A random head: with the zero-initialised one no gradient reaches the encoder.

@@ -12,9 +12,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import common
-from configs import experiment
-from configs import tiny
 from data import sources
 from vmoe import checkpoint_faults
 from vmoe import observability
@@ -34,11 +31,14 @@ SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_eve
                                'checkpoint.every_steps': 10, 'wandb.mode': 'disabled'}]
 
 
-def short_config(router='softmax_ec', **overrides):
-  """The short run's experiment record (configs/tiny.py with SHORT's overrides)."""
-  config = common.override(tiny.get_config(f'router={router}'), {**SHORT[1], **overrides})
-  config.fewshot.datasets = {'digits': ('train', 'test')}
-  return experiment.parse(config)
+@pytest.fixture
+def short_config(tiny_experiment):
+  """short_config(router='softmax_ec', **overrides): the short run's record, configs/tiny.py with
+  SHORT's overrides and few-shot on digits (tiny_experiment is conftest.py's)."""
+  def build(router='softmax_ec', **overrides):
+    return tiny_experiment(f'router={router}', {
+        **SHORT[1], 'fewshot.datasets': {'digits': ('train', 'test')}, **overrides})
+  return build
 
 
 def flags(overrides: dict) -> list[str]:
@@ -49,7 +49,7 @@ def losses(workdir: str) -> dict:
   return {step: m['loss'] for step, m in observability.read_metrics(workdir).items() if 'loss' in m}
 
 
-def test_short_run_learns_and_writes_its_summary(tmp_path):
+def test_short_run_learns_and_writes_its_summary(short_config, tmp_path):
   summary = trainer.train_and_evaluate(short_config(), str(tmp_path), 'configs/tiny.py')
   curve = losses(str(tmp_path))
   assert sorted(curve) == list(range(1, 41))
@@ -72,14 +72,15 @@ def test_short_run_learns_and_writes_its_summary(tmp_path):
   assert summary.router_metrics['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
 
 
-def test_a_different_config_in_the_same_workdir_is_refused(tmp_path):
+def test_a_different_config_in_the_same_workdir_is_refused(short_config, tmp_path):
   trainer.guard_workdir(str(tmp_path), short_config())
   trainer.guard_workdir(str(tmp_path), short_config())     # The same config: accepted.
   with pytest.raises(ValueError, match='holds a run of a different config.*moe'):
     trainer.guard_workdir(str(tmp_path), short_config('sinkhorn_ec'))
 
 
-def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short_config, tmp_path,
+                                                                           monkeypatch):
   make_step = train_lib.make_train_step
 
   def poisoned(*args, **kwargs):
@@ -105,7 +106,7 @@ def saved_params(workdir, step: int):
   return ocp.StandardCheckpointer().restore(path)['params']
 
 
-def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(tmp_path):
+def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(short_config, tmp_path):
   config = short_config(**{'checkpoint.every_steps': 20, 'eval.every_steps': 40})
   trainer.train_and_evaluate(config, str(tmp_path))
   uninterrupted = saved_params(str(tmp_path), 40)
@@ -136,7 +137,7 @@ def run_main(workdir, overrides, log=None, cache_dir=None):
                           stderr=subprocess.STDOUT, text=True)
 
 
-def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(tmp_path):
+def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_config, tmp_path):
   overrides = {**SHORT[1], 'num_train_steps': 120, 'eval.every_steps': 120,
                'eval.batch_size': 64, 'checkpoint.every_steps': 40,
                'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
