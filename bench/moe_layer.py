@@ -5,8 +5,11 @@ One measurement:
       --experts 32 --capacity 1 --json
 prints one JSON line with the median forward and forward+backward milliseconds after warm-up.
 Besides the router names of vmoe.routing.router.ROUTERS, --router accepts the baselines
-  round_robin  tokens assigned to experts in fixed order, no router: the floor for this layer;
-  dense_mlp    one MLP over the same tokens: the same active compute at c=1;
+  round_robin       tokens assigned to experts in fixed order, no router: the sparse layers' floor;
+  dense_mlp         one MLP over the same tokens: the same active compute at c=1;
+  soft_moe_experts  Soft MoE's experts alone, on its (E, images, C, D) buffers copied from the
+                    tokens: the floor of the Soft MoE layer (its routing, dispatch and combine
+                    removed);
 and --dispatch einsum runs a sparse router with the dense one-hot einsum dispatch/combine instead
 of gather/scatter (the `einsum` baseline).
 
@@ -14,7 +17,11 @@ of gather/scatter (the `einsum` baseline).
 recipe's per-core batch of 4096 images on a TPUv3-32) times every paper router, with both
 dispatches, and the baselines at a B/32-like shape (S=400 tokens per group, 8 images of 50
 tokens) and a B/16-like one (S=1576, 8 images of 197 tokens), c = 1 and 2 (--capacities), then
-writes all rows and the target ratios to FILE atomically. The grid's rows of one shape and
+writes all rows and the target ratios to FILE atomically. Every row records `expert_tokens`, the
+token-slots its experts process per call (E x C per routing group, or every token for the dense
+MLP), so the ratios include each router's step over the dense MLP scaled by that FLOPs ratio
+(`vs_flops_scaled_dense`: the issue's Soft MoE target is <= 1.1), and Soft MoE's step over its own
+experts alone (`vs_own_experts`). The grid's rows of one shape and
 capacity are timed in interleaved rounds (measure_interleaved), so host noise does not skew the
 ratios between them. --routers narrows the grid (the baselines always run).
 """
@@ -35,7 +42,7 @@ from vmoe import moe
 from vmoe.routing import allocation
 from vmoe.routing import router as router_lib
 
-BASELINES = ('round_robin', 'dense_mlp')
+BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
 IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images.
 # Tokens the MoE layers of a 224 px image see: (224 / patch)^2 patches plus the class token.
 TOKENS_PER_IMAGE = {'B/32': 7 * 7 + 1, 'B/16': 14 * 14 + 1}     # 50 and 197.
@@ -64,6 +71,43 @@ class DenseMlp(moe.Experts):
     return super().__call__(x[None], train=train)[0]
 
 
+class SoftMoeExperts(moe.Experts):
+  """The experts of Soft MoE alone: buffers (E, images, C, D) copied from each image's tokens
+  (slot k takes token k mod T), with no routing, dispatch or combine."""
+  slots_per_expert: int = 1
+
+  def __call__(self, x, *, train):
+    num_groups, num_tokens, dim = x.shape
+    images = x.reshape(num_groups * IMAGES_PER_GROUP, num_tokens // IMAGES_PER_GROUP, dim)
+    slots = jnp.arange(self.num_experts * self.slots_per_expert) % images.shape[1]
+    buffers = images[:, slots].reshape(images.shape[0], self.num_experts, self.slots_per_expert,
+                                       dim)
+    return super().__call__(jnp.transpose(buffers, (1, 0, 2, 3)), train=train)
+
+
+def router_config(name: str, capacity: float, experts: int) -> router_lib.RouterConfig:
+  """The configs' router preset (noise and balance losses for softmax token choice, the
+  sparsity-constrained solver's steps and start for this capacity)."""
+  preset = common.moe_config(name, capacity, experts, IMAGES_PER_GROUP)
+  return router_lib.RouterConfig(**preset.router.to_dict())
+
+
+def expert_tokens(args) -> int:
+  """Token-slots the experts process per call: E x C per routing group (Soft MoE routes each
+  image, round robin is a c=1 layer) times the groups; every token for the dense MLP."""
+  if args.router == 'dense_mlp':
+    return args.groups * args.group_size
+  if args.router == 'round_robin':
+    return args.groups * args.experts * allocation.compute_capacity(
+        args.group_size, args.experts, 1)
+  name = 'soft_moe' if args.router == 'soft_moe_experts' else args.router
+  config = router_config(name, args.capacity, args.experts)
+  per_image = config.spec.allocation == router_lib.SOFT
+  groups = args.groups * IMAGES_PER_GROUP if per_image else args.groups
+  tokens = args.group_size // IMAGES_PER_GROUP if per_image else args.group_size
+  return groups * args.experts * config.capacity(tokens, args.experts)
+
+
 def build(args):
   """Returns (apply(params, x) -> y, params, x) for one benchmark row."""
   x = jax.random.normal(jax.random.PRNGKey(0), (args.groups, args.group_size, args.dim))
@@ -72,11 +116,11 @@ def build(args):
     module = RoundRobin(args.experts, mlp_dim)
   elif args.router == 'dense_mlp':
     module = DenseMlp(1, mlp_dim)
+  elif args.router == 'soft_moe_experts':
+    slots = expert_tokens(args) // (args.groups * IMAGES_PER_GROUP * args.experts)
+    module = SoftMoeExperts(args.experts, mlp_dim, slots_per_expert=slots)
   else:
-    # The configs' router preset (noise and balance losses for softmax token choice, the
-    # sparsity-constrained solver's steps and start for this capacity).
-    preset = common.moe_config(args.router, args.capacity, args.experts, IMAGES_PER_GROUP)
-    config = router_lib.RouterConfig(**preset.router.to_dict())
+    config = router_config(args.router, args.capacity, args.experts)
     # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 50 or 8 x 197 tokens), which
     # the sparse routers route together and Soft MoE routes image by image (T = 50 or 197).
     module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
@@ -133,7 +177,7 @@ def row_fields(args) -> dict:
   return {'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
           'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
           'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts,
-          'capacity': args.capacity}
+          'capacity': args.capacity, 'expert_tokens': expert_tokens(args)}
 
 
 def measure(args) -> dict:
@@ -169,29 +213,41 @@ def measure_interleaved(rows_args: list, args) -> list:
 
 
 def ratios(rows: list) -> list:
-  """Forward+backward ratios behind the issue's targets, per shape and capacity."""
+  """Forward+backward ratios behind the issue's targets, per shape and capacity: each router's
+  step over the dense MLP, over it scaled by the router's expert_tokens / the dense MLP's (the
+  FLOPs ratio), over round robin, einsum over index dispatch, and Soft MoE over its own experts."""
   out = []
   key = lambda r: (r['group_size'], r['capacity'])
   for shape in sorted({key(r) for r in rows}):
-    at = {(r['router'], r['dispatch']): r['forward_backward_ms'] for r in rows if key(r) == shape}
-    dense, floor = at.get(('dense_mlp', 'indices')), at.get(('round_robin', 'indices'))
-    for (name, dispatch), ms in sorted(at.items()):
+    at = {(r['router'], r['dispatch']): r for r in rows if key(r) == shape}
+    ms = lambda name, dispatch='indices': at[(name, dispatch)]['forward_backward_ms']
+    dense = at[('dense_mlp', 'indices')]
+    for (name, dispatch), row in sorted(at.items()):
       if name in BASELINES or dispatch != 'indices':
         continue
-      row = {'group_size': shape[0], 'capacity': shape[1], 'router': name,
-             'vs_dense_mlp': round(ms / dense, 3), 'vs_round_robin': round(ms / floor, 3)}
+      flops_ratio = row['expert_tokens'] / dense['expert_tokens']
+      found = {'group_size': shape[0], 'capacity': shape[1], 'router': name,
+               'vs_dense_mlp': round(ms(name) / ms('dense_mlp'), 3),
+               'flops_ratio': round(flops_ratio, 3),
+               'vs_flops_scaled_dense': round(ms(name) / (ms('dense_mlp') * flops_ratio), 3),
+               'vs_round_robin': round(ms(name) / ms('round_robin'), 3)}
       if (name, 'einsum') in at:
-        row['einsum_over_indices'] = round(at[(name, 'einsum')] / ms, 3)
-      out.append(row)
+        found['einsum_over_indices'] = round(ms(name, 'einsum') / ms(name), 3)
+      if name == 'soft_moe' and ('soft_moe_experts', 'indices') in at:
+        found['vs_own_experts'] = round(ms(name) / ms('soft_moe_experts'), 3)
+        found['own_experts_vs_flops_scaled_dense'] = round(
+            ms('soft_moe_experts') / (ms('dense_mlp') * flops_ratio), 3)
+      out.append(found)
   return out
 
 
 def grid_rows(args, group_size: int, capacity: float) -> list:
   """The --all grid's rows of one shape and capacity: each of --routers with both dispatches
-  (Soft MoE has no einsum variant) and the two baselines."""
+  (Soft MoE has no einsum variant) and the baselines (soft_moe_experts only beside soft_moe)."""
+  baselines = [b for b in BASELINES if b != 'soft_moe_experts' or 'soft_moe' in args.routers]
   return [argparse.Namespace(**{**vars(args), 'router': name, 'dispatch': dispatch,
                                 'group_size': group_size, 'capacity': capacity})
-          for name in list(args.routers) + list(BASELINES)
+          for name in list(args.routers) + baselines
           for dispatch in ['indices'] + (['einsum'] if name != 'soft_moe' else [])
           if name not in BASELINES or dispatch == 'indices']
 

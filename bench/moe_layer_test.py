@@ -24,8 +24,8 @@ def test_shapes_are_the_models_token_counts():
 def test_grid_has_both_dispatches_of_every_router_and_the_baselines():
   args = moe_layer.argparse.Namespace(routers=list(router_lib.PAPER_ROUTERS))
   rows = moe_layer.grid_rows(args, group_size=400, capacity=2)
-  # 6 routers with index dispatch, 5 with einsum (not Soft MoE), and the 2 baselines.
-  assert len(rows) == 13 and all((r.group_size, r.capacity) == (400, 2) for r in rows)
+  # 6 routers with index dispatch, 5 with einsum (not Soft MoE), and the 3 baselines.
+  assert len(rows) == 14 and all((r.group_size, r.capacity) == (400, 2) for r in rows)
   assert {(r.router, r.dispatch) for r in rows if r.dispatch == 'einsum'} == {
       (name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe'}
   assert [r.router for r in rows if r.router in moe_layer.BASELINES] == list(moe_layer.BASELINES)
@@ -43,22 +43,53 @@ def test_grid_times_its_rows_interleaved(tmp_path, capsys):
       ('dense_mlp', 'indices')]
   assert all(len(row['rounds_forward_backward_ms']) == 2 for row in result['rows'])
   fb = {r['router'] + '/' + r['dispatch']: r['forward_backward_ms'] for r in result['rows']}
+  # E = 4 experts of C = round(16 / 4) = 4 slots in each of the 2 groups: 32 of 32 tokens.
+  assert [r['expert_tokens'] for r in result['rows']] == [32, 32, 32, 32]
   assert result['ratios'] == [{
       'group_size': 16, 'capacity': 1.0, 'router': 'softmax_ec',
       'vs_dense_mlp': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
+      'flops_ratio': 1.0,
+      'vs_flops_scaled_dense': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
       'vs_round_robin': round(fb['softmax_ec/indices'] / fb['round_robin/indices'], 3),
       'einsum_over_indices': round(fb['softmax_ec/einsum'] / fb['softmax_ec/indices'], 3)}]
 
 
 def test_ratios_hand_worked():
-  row = lambda name, ms, dispatch='indices': {'router': name, 'dispatch': dispatch,
-                                              'group_size': 400, 'capacity': 1,
-                                              'forward_backward_ms': ms}
-  rows = [row('dense_mlp', 100.0), row('round_robin', 125.0), row('softmax_ec', 150.0),
-          row('softmax_ec', 300.0, 'einsum')]
-  assert moe_layer.ratios(rows) == [{'group_size': 400, 'capacity': 1, 'router': 'softmax_ec',
-                                     'vs_dense_mlp': 1.5, 'vs_round_robin': 1.2,
-                                     'einsum_over_indices': 2.0}]
+  row = lambda name, ms, tokens, dispatch='indices': {
+      'router': name, 'dispatch': dispatch, 'group_size': 400, 'capacity': 1,
+      'forward_backward_ms': ms, 'expert_tokens': tokens}
+  rows = [row('dense_mlp', 100.0, 6400), row('round_robin', 125.0, 6144),
+          row('softmax_ec', 150.0, 6144), row('softmax_ec', 300.0, 6144, 'einsum'),
+          row('soft_moe', 192.0, 8192), row('soft_moe_experts', 160.0, 8192)]
+  assert moe_layer.ratios(rows) == [
+      {'group_size': 400, 'capacity': 1, 'router': 'soft_moe', 'vs_dense_mlp': 1.92,
+       'flops_ratio': 1.28, 'vs_flops_scaled_dense': 1.5, 'vs_round_robin': 1.536,
+       'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25},
+      {'group_size': 400, 'capacity': 1, 'router': 'softmax_ec', 'vs_dense_mlp': 1.5,
+       'flops_ratio': 0.96, 'vs_flops_scaled_dense': 1.562, 'vs_round_robin': 1.2,
+       'einsum_over_indices': 2.0}]
+
+
+def test_expert_tokens_at_the_b32_recipe_shape():
+  # 16 groups of 8 images of 50 tokens, E = 32. Sparse routers: C = round(c 400 / 32) with halves
+  # to even (12.5 -> 12, 25) per group; Soft MoE: C = round(c 50 / 32) (1.5625 -> 2, 3.125 -> 3)
+  # per image; the dense MLP: every token.
+  args = lambda router, c=1.0: moe_layer.argparse.Namespace(
+      router=router, capacity=c, groups=16, group_size=400, experts=32)
+  assert moe_layer.expert_tokens(args('dense_mlp')) == 16 * 400
+  assert moe_layer.expert_tokens(args('round_robin', 2.0)) == 16 * 32 * 12
+  assert moe_layer.expert_tokens(args('softmax_ec')) == 16 * 32 * 12
+  assert moe_layer.expert_tokens(args('sinkhorn_ec', 2.0)) == 16 * 32 * 25
+  assert moe_layer.expert_tokens(args('soft_moe')) == 128 * 32 * 2
+  assert moe_layer.expert_tokens(args('soft_moe_experts', 2.0)) == 128 * 32 * 3
+
+
+def test_soft_moe_experts_floor_runs_at_a_tiny_shape(capsys):
+  moe_layer.main(['--router', 'soft_moe_experts', '--groups', '2', '--group-size', '16', '--dim',
+                  '8', '--experts', '4', '--repeats', '1', '--warmup', '1', '--json'])
+  row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  # 2 groups of 8 images of 2 tokens; C = round(2 / 4) = 0.5 -> at least 1 slot per expert.
+  assert row['expert_tokens'] == 16 * 4 * 1 and row['forward_backward_ms'] > 0
 
 
 @pytest.mark.parametrize('flags', [['--router', 'hash'],
