@@ -59,6 +59,15 @@ def fake(tmp_path):
   return command, entries
 
 
+def test_the_sweep_and_the_tables_start_without_jax():
+  # They only read router names (vmoe/routing/names.py), so they start in a fraction of a second.
+  code = ('import sys; import launch.sweep, results.tables; '
+          'print(sorted(m for m in ("jax", "flax", "optax", "tensorflow") if m in sys.modules))')
+  out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
+                       check=True).stdout
+  assert out.strip() == '[]'
+
+
 def test_grid_is_six_routers_by_two_capacities_plus_ablation():
   grid = sweep.make_grid('b32')
   assert len(grid) == 12 and len({r.name for r in grid}) == 12

@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   rows, group_problems = summaries.group_seeds(runs)
   for problem in problems + group_problems:
     print(f'warning: {problem}', file=sys.stderr)
-  price, cost_title = cost.pricing(args.step_times)
+  price, cost_title = cost.load_step_times(args.step_times).pricing()
   verdicts = check(rows, price, cost_title)
   if not verdicts:
     print(f'No claim can be checked from the runs under {args.runs}: they need Token Choice, '

@@ -11,6 +11,7 @@ so a slow stretch hits them alike), and
 with step_ms the median over the benchmark's processes of each process's median step. It covers
 only runs of the benchmarked config (its `arch`, the tiny config's XS/7); other runs get None.
 """
+import dataclasses
 import json
 import os
 import statistics
@@ -27,11 +28,53 @@ def step_key(router: str, capacity, softmax_combine: bool = True) -> tuple:
   return (router, None if capacity is None else float(capacity), bool(softmax_combine))
 
 
-def load_step_times(path: str) -> tuple[str | None, dict[tuple, float]]:
-  """(benchmarked arch, {step_key: median step_ms over the benchmark's runs}) of a
-  bench/train_step.py result; (None, {}) when the file does not exist."""
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+  """One bench/train_step.py result, read once: the file, its benchmarked arch (None when the
+  file does not exist) and {step_key: median step_ms over the benchmark's processes}."""
+  path: str
+  arch: str | None
+  times: dict[tuple, float]
+
+  def controlled_hours(self, run: Run) -> float | None:
+    """The run's controlled device-hours, or None if the benchmark did not time its model."""
+    if self.arch is None or run.get('arch') != self.arch:
+      return None
+    step_ms = self.times.get(step_key(*run.key[2:]))
+    steps = run.get('steps')
+    if step_ms is None or steps is None:
+      return None
+    return step_ms * steps * (run.get('num_devices') or 1) / MS_PER_HOUR
+
+  def pricing(self) -> tuple[Callable[[Run], float | None], str]:
+    """(cost(run), its title): controlled device-hours for runs of the benchmarked arch,
+    wall-clock device-hours for the others (one arch per table, so a table never mixes the
+    two)."""
+    if not self.times:
+      return Run.device_hours, 'wall-clock device-hours'
+
+    def price(run: Run) -> float | None:
+      if run.get('arch') == self.arch:
+        return self.controlled_hours(run)
+      return run.device_hours()
+    return price, (f'controlled device-hours for {self.arch} ({self.path}: step_ms x steps), '
+                   'wall-clock device-hours for other archs')
+
+  def axis_label(self, runs) -> str:
+    """The cost axis' label for `runs` priced by `pricing`."""
+    archs = {run.get('arch') for run in runs}
+    if self.times and archs == {self.arch}:
+      return 'controlled training device-hours (bench step time x steps)'
+    if self.times and self.arch in archs:
+      return f'training device-hours (controlled for {self.arch}, wall-clock for others)'
+    return 'wall-clock training device-hours'
+
+
+def load_step_times(path: str) -> StepTimes:
+  """The StepTimes of a bench/train_step.py result; empty (arch None) when the file does not
+  exist."""
   if not os.path.exists(path):
-    return None, {}
+    return StepTimes(path, None, {})
   with open(path, encoding='utf-8') as f:
     result = json.load(f)
   per_model: dict[tuple, list[float]] = {}
@@ -39,44 +82,8 @@ def load_step_times(path: str) -> tuple[str | None, dict[tuple, float]]:
     for row in run['rows']:
       key = step_key(row['router'], row['capacity'], row.get('softmax_combine', True))
       per_model.setdefault(key, []).append(row['step_ms'])
-  return result.get('arch'), {k: statistics.median(v) for k, v in per_model.items()}
-
-
-def controlled_hours(run: Run, arch: str | None, step_times: dict[tuple, float]) -> float | None:
-  """The run's controlled device-hours, or None if the benchmark did not time its model."""
-  if arch is None or run.get('arch') != arch:
-    return None
-  step_ms = step_times.get(step_key(*run.key[2:]))
-  steps = run.get('steps')
-  if step_ms is None or steps is None:
-    return None
-  return step_ms * steps * (run.get('num_devices') or 1) / MS_PER_HOUR
-
-
-def pricing(path: str) -> tuple[Callable[[Run], float | None], str]:
-  """(cost(run), its title): controlled device-hours for runs of the benchmarked arch, wall-clock
-  device-hours for the others (one arch per table, so a table never mixes the two)."""
-  arch, step_times = load_step_times(path)
-  if not step_times:
-    return Run.device_hours, 'wall-clock device-hours'
-
-  def price(run: Run) -> float | None:
-    if run.get('arch') == arch:
-      return controlled_hours(run, arch, step_times)
-    return run.device_hours()
-  return price, (f'controlled device-hours for {arch} ({path}: step_ms x steps), wall-clock '
-                 'device-hours for other archs')
-
-
-def axis_label(runs, path: str) -> str:
-  """The cost axis' label for `runs` priced by pricing(path)."""
-  arch, step_times = load_step_times(path)
-  archs = {run.get('arch') for run in runs}
-  if step_times and archs == {arch}:
-    return 'controlled training device-hours (bench step time x steps)'
-  if step_times and arch in archs:
-    return f'training device-hours (controlled for {arch}, wall-clock for others)'
-  return 'wall-clock training device-hours'
+  return StepTimes(path, result.get('arch'),
+                   {k: statistics.median(v) for k, v in per_model.items()})
 
 
 def add_step_times_flag(parser) -> None:

@@ -27,7 +27,8 @@ def load(root):
 
 
 def test_controlled_hours_are_the_median_step_times_steps(tmp_path):
-  arch, times = cost.load_step_times(write_step_times(tmp_path / 'steps.json'))
+  step_times = cost.load_step_times(write_step_times(tmp_path / 'steps.json'))
+  arch, times = step_times.arch, step_times.times
   # Medians over the three processes: 22 ms with softmax combine, 44 ms without.
   assert arch == 'XS/7' and times[cost.step_key('softmax_tc', 1)] == 22.0
   assert times[cost.step_key('sinkhorn_tc', 1.0, False)] == 44.0
@@ -38,8 +39,8 @@ def test_controlled_hours_are_the_median_step_times_steps(tmp_path):
   write_summary(str(tmp_path / 'runs'), arch='XS/7', router='sinkhorn_tc', capacity=1.0,
                 softmax_combine=False, dataset='fashion_mnist', steps=1500, num_devices=1)
   runs = load(tmp_path / 'runs')
-  hours = lambda a, r, smc=True: cost.controlled_hours(
-      runs[a, 'fashion_mnist', r, 1.0, smc], arch, times)
+  hours = lambda a, r, smc=True: step_times.controlled_hours(
+      runs[a, 'fashion_mnist', r, 1.0, smc])
   # 22 ms x 1500 steps x 2 devices = 66 s = 0.018333 h; 44 ms x 1500 x 1 = 66 s as well.
   assert hours('XS/7', 'softmax_tc') == pytest.approx(66 / 3600)
   assert hours('XS/7', 'sinkhorn_tc', False) == pytest.approx(66 / 3600)
@@ -53,11 +54,12 @@ def test_pricing_uses_wall_clock_where_the_benchmark_does_not_reach(tmp_path):
   write_summary(str(tmp_path / 'runs'), arch='B/32', router='softmax_tc', capacity=1.0,
                 train_device_seconds=7200.0)
   runs = list(load(tmp_path / 'runs').values())
-  price, title = cost.pricing(write_step_times(tmp_path / 'steps.json'))
+  step_times = cost.load_step_times(write_step_times(tmp_path / 'steps.json'))
+  price, title = step_times.pricing()
   assert sorted(price(r) for r in runs) == pytest.approx([22 * 1500 / 3.6e6, 2.0])
   assert title.startswith('controlled device-hours for XS/7')
-  assert cost.axis_label(runs, str(tmp_path / 'steps.json')).startswith(
-      'training device-hours (controlled for XS/7')
-  price, title = cost.pricing(str(tmp_path / 'missing.json'))
+  assert step_times.axis_label(runs).startswith('training device-hours (controlled for XS/7')
+  missing = cost.load_step_times(str(tmp_path / 'missing.json'))
+  price, title = missing.pricing()
   assert [price(r) for r in runs] == [2.0, 2.0] and title == 'wall-clock device-hours'
-  assert cost.axis_label(runs, str(tmp_path / 'missing.json')) == 'wall-clock training device-hours'
+  assert missing.axis_label(runs) == 'wall-clock training device-hours'

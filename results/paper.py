@@ -8,11 +8,11 @@ is None. For token choice routers the capacity c is k, the number of experts per
 """
 import dataclasses
 
-from vmoe.routing import router as router_lib
+from vmoe.routing import names as router_names
 
 ARCHS = ('B/32', 'B/16', 'L/16')
 CAPACITIES = (1, 2)
-ROUTERS = router_lib.PAPER_ROUTERS     # The paper's row order, in the registry's names.
+ROUTERS = router_names.PAPER_ROUTERS     # The paper's row order, in the registry's names.
 ROUTER_TITLES = {
     'softmax_tc': 'Softmax Token Choice',
     'sinkhorn_tc': 'Sinkhorn Token Choice',
@@ -21,9 +21,10 @@ ROUTER_TITLES = {
     'sparsity_ec': 'Sparsity-constrained Expert Choice',
     'soft_moe': 'Soft MoE',
 }
-# The allocation of each router, from the registry. Capacity is k for token choice.
-TOKEN_CHOICE = tuple(r for r in ROUTERS if router_lib.ROUTERS[r].allocation == 'token_choice')
-EXPERT_CHOICE = tuple(r for r in ROUTERS if router_lib.ROUTERS[r].allocation == 'expert_choice')
+# The allocation of each router, from the registry's JAX-free names (results/ and launch/sweep.py
+# start without JAX). Capacity is k for token choice.
+TOKEN_CHOICE = router_names.with_allocation(router_names.TOKEN_CHOICE, ROUTERS)
+EXPERT_CHOICE = router_names.with_allocation(router_names.EXPERT_CHOICE, ROUTERS)
 
 # Tables 1-3 (JFT-300M): (precision@1 %, training TPUv3-days), one pair per router.
 _JFT = {

@@ -192,8 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   runs, problems = summaries.load_runs(args.runs)
   for problem in problems:
     print(f'warning: {problem}', file=sys.stderr)
-  price, _ = cost_lib.pricing(args.step_times)
-  for path in write_figures(runs, args.out, price, cost_lib.axis_label(runs, args.step_times)):
+  step_times = cost_lib.load_step_times(args.step_times)
+  price, _ = step_times.pricing()
+  for path in write_figures(runs, args.out, price, step_times.axis_label(runs)):
     print(path)
   return 0
 

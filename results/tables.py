@@ -237,14 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
       print(f'  {problem}', file=sys.stderr)
     return 1
-  step_arch, step_times = cost.load_step_times(args.step_times)
-  controlled = lambda run: cost.controlled_hours(run, step_arch, step_times)
-  tables, group_problems = build_tables(runs, controlled)
-  price, cost_title = cost.pricing(args.step_times)
+  step_times = cost.load_step_times(args.step_times)
+  tables, group_problems = build_tables(runs, step_times.controlled_hours)
+  price, cost_title = step_times.pricing()
   figures = []
   if not args.no_figures:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
-    figures = plots.write_figures(runs, args.out, price, cost.axis_label(runs, args.step_times))
+    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs))
   written = write_tables(tables, args.out, figures)
   rows, _ = summaries.group_seeds(runs)
   verdicts = claims.check(rows, price, cost_title)

@@ -201,9 +201,8 @@ def test_controlled_cost_column_sits_beside_the_wall_clock(tmp_path):
   for seed, seconds in ((0, 3600.0), (1, 10800.0)):
     write_summary(root, arch='XS/7', router='softmax_tc', capacity=1.0, seed=seed,
                   dataset='fashion_mnist', steps=1500, train_device_seconds=seconds)
-  arch, times = cost.load_step_times(cost_test.write_step_times(tmp_path / 'steps.json'))
-  tabs, _ = tables.build_tables(summaries.load_runs(root)[0],
-                                lambda r: cost.controlled_hours(r, arch, times))
+  step_times = cost.load_step_times(cost_test.write_step_times(tmp_path / 'steps.json'))
+  tabs, _ = tables.build_tables(summaries.load_runs(root)[0], step_times.controlled_hours)
   row = markdown_rows(tables.to_markdown(tabs[0]))['Softmax Token Choice (k=1)']
   assert row['Wall-clock device-hours'] == '2 \u00b1 1.41'
   # 22 ms x 1500 steps = 0.00917 h for both seeds: no spread shown.
@@ -211,5 +210,5 @@ def test_controlled_cost_column_sits_beside_the_wall_clock(tmp_path):
   # A table the benchmark does not cover has no controlled column.
   write_summary(str(tmp_path / 'b32'), router='softmax_tc', capacity=1.0)
   tabs, _ = tables.build_tables(summaries.load_runs(str(tmp_path / 'b32'))[0],
-                                lambda r: cost.controlled_hours(r, arch, times))
+                                step_times.controlled_hours)
   assert 'Controlled device-hours' not in tabs[0].header

@@ -18,12 +18,13 @@ import jax.numpy as jnp
 from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import losses
+from vmoe.routing import names
 from vmoe.routing import soft
 
 
 # Affinities by name: (logits (S, E), probs = softmax(logits), capacity C, RouterConfig) ->
 # (scores (S, E), the sparsity-constrained solver's SolverReport or None). A new affinity is one
-# such function and one entry in AFFINITIES; routers then name it in ROUTERS.
+# such function and one entry in AFFINITIES; routers then name it in names.ROUTERS.
 
 
 def _softmax_scores(logits, probs, capacity, config):
@@ -62,8 +63,8 @@ def _expert_choice_slots(scores, capacity, config):
   return allocation.expert_choice_slots(scores, capacity)
 
 
-ALLOCATIONS = {'token_choice': _token_choice_slots, 'expert_choice': _expert_choice_slots}
-SOFT = 'soft'   # Soft MoE's allocation: dense, from its own slot parameters, with no affinity.
+ALLOCATIONS = {names.TOKEN_CHOICE: _token_choice_slots, names.EXPERT_CHOICE: _expert_choice_slots}
+SOFT = names.SOFT
 
 
 def _check_name(kind: str, name, registry) -> None:
@@ -85,17 +86,10 @@ class RouterSpec:
     _check_name('allocation', self.allocation, ALLOCATIONS)
 
 
-# The paper's six routers, plus sparsity_tc: any affinity composes with any allocation.
-ROUTERS = {
-    'softmax_tc': RouterSpec('softmax', 'token_choice'),
-    'sinkhorn_tc': RouterSpec('sinkhorn', 'token_choice'),
-    'sparsity_tc': RouterSpec('sparsity_constrained', 'token_choice'),
-    'softmax_ec': RouterSpec('softmax', 'expert_choice'),
-    'sinkhorn_ec': RouterSpec('sinkhorn', 'expert_choice'),
-    'sparsity_ec': RouterSpec('sparsity_constrained', 'expert_choice'),
-    'soft_moe': RouterSpec(None, SOFT),
-}
-PAPER_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+# Router name -> RouterSpec, from names.py's JAX-free table (the paper's six routers and
+# sparsity_tc); a router naming an unknown affinity or allocation fails here, at import.
+ROUTERS = {name: RouterSpec(*parts) for name, parts in names.ROUTERS.items()}
+PAPER_ROUTERS = names.PAPER_ROUTERS
 
 
 def get_router_spec(name: str) -> RouterSpec:
@@ -155,12 +149,12 @@ class RouterConfig:
       object.__setattr__(self, 'sparsity_warm_start', warm_start)
     if self.capacity_factor <= 0:
       raise ValueError(f'router {self.name}: capacity factor must be > 0, got {self.capacity_factor}.')
-    if spec.allocation == 'token_choice' and int(self.capacity_factor) != self.capacity_factor:
+    if spec.allocation == names.TOKEN_CHOICE and int(self.capacity_factor) != self.capacity_factor:
       raise ValueError(f'router {self.name}: token choice uses capacity_factor as k, the number of '
                        f'experts per token, which must be an integer; got {self.capacity_factor}.')
     if self.noise_std < 0 or self.importance_loss_weight < 0 or self.load_loss_weight < 0:
       raise ValueError(f'router {self.name}: noise_std and loss weights must be >= 0.')
-    if self.load_loss_weight > 0 and (spec.allocation != 'token_choice' or self.noise_std <= 0):
+    if self.load_loss_weight > 0 and (spec.allocation != names.TOKEN_CHOICE or self.noise_std <= 0):
       raise ValueError(f'router {self.name}: the load loss is defined for token choice with router '
                        'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
     if self.sinkhorn_iters < 1 or self.sparsity_steps < 0 or self.sparsity_warm_start < 0:
@@ -178,7 +172,7 @@ class RouterConfig:
 
   def check_num_experts(self, num_experts: int) -> None:
     """Token choice selects k <= E experts per token; fails naming both otherwise."""
-    if self.spec.allocation == 'token_choice' and self.capacity_factor > num_experts:
+    if self.spec.allocation == names.TOKEN_CHOICE and self.capacity_factor > num_experts:
       raise ValueError(f'router {self.name} selects k={int(self.capacity_factor)} experts per '
                        f'token but only E={num_experts} experts exist; lower k (the config '
                        'argument c) or raise moe.num_experts.')

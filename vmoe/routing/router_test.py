@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from vmoe.routing import affinity
+from vmoe.routing import names
 from vmoe.routing import router as router_lib
 
 
@@ -17,6 +18,9 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
 
 
 def test_specs_name_registered_pieces_and_unknown_ones_fail_listing_the_valid():
+  # The registry is names.py's JAX-free table, each entry checked as a RouterSpec.
+  assert {n: (s.affinity, s.allocation) for n, s in router_lib.ROUTERS.items()} == names.ROUTERS
+  assert router_lib.PAPER_ROUTERS is names.PAPER_ROUTERS
   for spec in router_lib.ROUTERS.values():
     assert spec.affinity in router_lib.AFFINITIES or spec == router_lib.RouterSpec(None, 'soft')
     assert spec.allocation in router_lib.ALLOCATIONS or spec.allocation == router_lib.SOFT
