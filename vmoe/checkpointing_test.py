@@ -12,7 +12,7 @@ from base import watchdog
 from data import pipeline
 from data import sources
 from data.testdata import data_config
-from vmoe import checkpoint_faults
+from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import checkpointing
 
 

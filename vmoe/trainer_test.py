@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from data import sources
-from vmoe import checkpoint_faults
+from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import observability
 from vmoe import run_protocol
 from vmoe import train_evals

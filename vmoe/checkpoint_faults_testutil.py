@@ -1,5 +1,6 @@
-"""Damage done to a saved checkpoint, as disks, copies and kill -9 do it: for the recovery tests
-(vmoe/checkpointing_test.py, vmoe/trainer_test.py)."""
+"""Test-only (`_testutil`: no library module imports it): damage done to a saved checkpoint, as
+disks, copies and kill -9 do it, for the recovery tests (vmoe/checkpointing_test.py,
+vmoe/trainer_test.py)."""
 import glob
 import os
 import shutil
