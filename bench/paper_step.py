@@ -27,11 +27,9 @@ batch the recipe routes) and E = 4 experts: one device's share of E = 32 on an 8
 so that a device holds and computes what it would on an 8-GPU node (without the all-to-all);
 L/16 with E = 32 needs ~50 GB of state. Both are recorded in every row.
 
-Run time on the 2-core CPU (estimated from B/32 rows measured on 2026-11-24: 7-14 s to compile a
-row, 1.6-2.4 s a step at 8 images; B/16 has ~4x and L/16 ~14x B/32's FLOPs per image): ~25-35
-minutes for the default grid, over the issue's 15 even at the smallest batch the recipe routes
-(one group of 8 images), most of it L/16's 30 timed steps and state initialisations.
-`--archs B/32,B/16` takes ~10 minutes.
+Run time on the 2-core CPU, measured on 2026-11-24: `--archs B/32,B/16` 11.6 minutes (20 rows
+compiled in 7-17 s each, then 3 rounds). The default grid with L/16 was killed by the OOM killer
+of a 24 GiB host in its L/16 rows (24.3 GB resident): run L/16 in a process of its own.
 """
 import argparse
 import json

@@ -25,7 +25,7 @@ from vmoe.routing import router as router_lib
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
                for router in router_lib.PAPER_ROUTERS]
-LIBRARY_FILES = {'__init__', 'batches', 'common', 'experiment'}
+LIBRARY_FILES = {'__init__', 'batches', 'cli', 'common', 'experiment'}
 
 
 def load(name: str, arg: str | None = None) -> mlc.ConfigDict:

@@ -49,9 +49,9 @@ def combine_by_index(outputs: jax.Array, slot_token: jax.Array, slot_weight: jax
 def dispatch_dense(x: jax.Array, dispatch: jax.Array) -> jax.Array:
   """Buffers from the dense dispatch tensor: x (G, S, D), dispatch (G, S, E, C) -> (E, G, C, D).
 
-  Written as one batched matmul per group, (E*C, S) @ (S, D) in XLA's own dot layout (batch,
-  free, free), then one transpose to expert-major: XLA:CPU runs the einsum
-  'gsec,gsd->egcd' about twice as slowly, forward and backward (bench/moe_layer.py, Soft MoE).
+  One batched matmul per group, (E*C, S) @ (S, D), in the layout of XLA's dot output (batch,
+  free, free), then one transpose to expert-major; Soft MoE's dispatch, whose cost over its
+  experts bench/moe_layer.py reports (`vs_own_experts`).
   """
   num_groups, num_tokens, num_experts, capacity = dispatch.shape
   slots = dispatch.reshape(num_groups, num_tokens, num_experts * capacity).astype(x.dtype)

@@ -49,8 +49,14 @@ def losses(workdir: str) -> dict:
   return {step: m['loss'] for step, m in observability.read_metrics(workdir).items() if 'loss' in m}
 
 
-def test_short_run_learns_and_writes_its_summary(short_config, tmp_path):
-  summary = trainer.train_and_evaluate(short_config(), str(tmp_path), 'configs/tiny.py')
+# The configs' float32 model, and bfloat16 compute with rematerialised blocks (issue 18's run).
+PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'model.remat': True}}
+
+
+@pytest.mark.parametrize('precision', PRECISIONS)
+def test_short_run_learns_and_writes_its_summary(short_config, tmp_path, precision):
+  overrides = PRECISIONS[precision]
+  summary = trainer.train_and_evaluate(short_config(**overrides), str(tmp_path), 'configs/tiny.py')
   curve = losses(str(tmp_path))
   assert sorted(curve) == list(range(1, 41))
   assert np.mean([curve[s] for s in range(31, 41)]) < 0.9 * np.mean([curve[s] for s in range(1, 6)])
@@ -62,7 +68,8 @@ def test_short_run_learns_and_writes_its_summary(short_config, tmp_path):
   assert summary.capacity == 1.0 and summary.arch == 'XS/7'
   assert summary.config == 'configs/tiny.py'
   assert summary.config_arg == 'router=softmax_ec,c=1,runlocal=False'
-  assert summary.resolved_config == short_config().to_dict()
+  assert summary.resolved_config == short_config(**overrides).to_dict()
+  assert summary.resolved_config['model']['dtype'] == overrides.get('model.dtype', 'float32')
   assert 0.1 < summary.upstream_prec1 <= 1.0
   assert set(summary.fewshot) == {'digits'} and 0.1 < summary.fewshot['digits']['10'] <= 1
   assert summary.num_params > 0 and summary.flops_per_step > 0
