@@ -16,10 +16,11 @@ Fields of a row: arch, router, dtype, dispatch_dtype, per_device_batch, num_expe
 step_ms, images_per_second, flops_per_image (XLA's cost analysis of the compiled per-device step:
 vmoe/flops.py says what it counts), mfu (achieved FLOP/s over the devices' peak, `peak_flops`),
 peak_memory_bytes (the compiled step's memory analysis: arguments + temporaries, the outputs
-aliasing the donated state), and, for MoE rows, vs_dense (step time over the dense row of the same
-arch and dtype), flops_vs_dense and, for Soft MoE, vs_flops_scaled_dense (vs_dense over
-flops_vs_dense). The issue's targets: sparse routers <= 1.15x dense, Soft MoE <= 1.1x the
-FLOPs-scaled dense step.
+aliasing the donated state), update_ms (the optimizer's update alone, timed in the same rounds:
+per-parameter work), and, for MoE rows, vs_dense (step time over the dense row of the same arch
+and dtype), flops_vs_dense, update_share_of_extra (the MoE update's extra ms over the MoE step's
+extra ms) and, for Soft MoE, vs_flops_scaled_dense (vs_dense over flops_vs_dense). The issue's
+targets: sparse routers <= 1.15x dense, Soft MoE <= 1.1x the FLOPs-scaled dense step.
 
 Defaults: on accelerators the recipe's per-device batch (4096 over the devices), E = 32 experts
 and mesh.expert = gcd(devices, 32). On CPU (one device) 8 images (one routing group: the smallest
@@ -48,6 +49,7 @@ from configs import experiment as experiment_parser
 from vmoe import flops
 from vmoe import setup as setup_lib
 from vmoe import sharding
+from vmoe import train_step as train_lib
 
 ARCHS = ('B/32', 'B/16', 'L/16')
 DENSE = common.DENSE
@@ -136,6 +138,12 @@ class Stepper:
         'num_experts': e.moe.num_experts, 'mesh': dict(self.setup.mesh.shape), 'remat': remat,
         'flops_per_image': flops.compiled_flops(self.compiled) / per_device_batch,
         'peak_memory_bytes': int(memory.argument_size_in_bytes + memory.temp_size_in_bytes)}
+    # The optimizer's update alone (the parameters standing in for the gradients): its cost is
+    # per parameter, so it weighs on a small per-device batch and MoE's extra expert weights.
+    update = lambda state: train_lib.apply_gradients(self.setup.tx, state, state.params)
+    shardings = self.setup.state_shardings
+    self.compiled_update = jax.jit(update, in_shardings=(shardings,), out_shardings=shardings,
+                                   donate_argnums=(0,)).lower(self.setup.abstract_state).compile()
     self.state = self.batch = None
 
   def load(self):
@@ -156,26 +164,39 @@ class Stepper:
     self.state, metrics = self.compiled(self.state, self.batch, jax.random.PRNGKey(1))
     return metrics['loss']
 
+  def update(self):
+    """The optimizer's update alone, on the loaded state."""
+    self.state = self.compiled_update(self.state)
+    return self.state.step
 
-def interleaved_ms(steppers: list, rounds: int, steps: int, warmup: int) -> list[list[float]]:
-  """Each stepper's per-round median step (ms), the steppers visited in turn every round, one
-  loaded at a time."""
+
+def interleaved_ms(steppers: list, rounds: int, steps: int, warmup: int):
+  """(step, update): each stepper's per-round median step and optimizer update alone (ms), the
+  steppers visited in turn every round, one loaded at a time."""
   round_ms = [[] for _ in steppers]
+  update_ms = [[] for _ in steppers]
   for index in range(rounds):
-    for stepper, times in zip(steppers, round_ms):
+    for stepper, times, update_times in zip(steppers, round_ms, update_ms):
       stepper.load()
       times.append(moe_layer.time_ms(stepper, warmup=warmup if index == 0 else 0, repeats=steps))
+      update_times.append(moe_layer.time_ms(stepper.update, warmup=1 if index == 0 else 0,
+                                            repeats=steps))
       stepper.unload()
-  return round_ms
+  return round_ms, update_ms
 
 
-def row(fields: dict, round_ms: list[float], peak: float) -> dict:
-  """A row from a stepper's fields, its rounds and the device's peak FLOP/s in the row's dtype."""
+def row(fields: dict, round_ms: list[float], peak: float,
+        update_ms: list[float] | None = None) -> dict:
+  """A row from a stepper's fields, its rounds (and its update's) and the device's peak FLOP/s in
+  the row's dtype."""
   step_ms = statistics.median(round_ms)
   images_per_second = fields['per_device_batch'] * jax.device_count() / (step_ms / 1e3)
   achieved = fields['flops_per_image'] * images_per_second / jax.device_count()
-  return {**fields, 'step_ms': round(step_ms, 3), 'round_ms': [round(t, 3) for t in round_ms],
-          'images_per_second': round(images_per_second, 3), 'mfu': achieved / peak}
+  found = {**fields, 'step_ms': round(step_ms, 3), 'round_ms': [round(t, 3) for t in round_ms],
+           'images_per_second': round(images_per_second, 3), 'mfu': achieved / peak}
+  if update_ms:
+    found['update_ms'] = round(statistics.median(update_ms), 3)
+  return found
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
@@ -191,6 +212,10 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     vs_dense = r['step_ms'] / base['step_ms']
     flops_ratio = r['flops_per_image'] / base['flops_per_image']
     extra = {'vs_dense': round(vs_dense, 3), 'flops_vs_dense': round(flops_ratio, 3)}
+    if 'update_ms' in r and 'update_ms' in base and r['step_ms'] > base['step_ms']:
+      # How much of the MoE step's extra time its optimizer update's extra time explains.
+      extra['update_share_of_extra'] = round(
+          (r['update_ms'] - base['update_ms']) / (r['step_ms'] - base['step_ms']), 3)
     if r['router'] == SOFT:
       extra['vs_flops_scaled_dense'] = round(vs_dense / flops_ratio, 3)
       extra['target'] = TARGETS['soft_moe_vs_flops_scaled_dense']
@@ -213,9 +238,9 @@ def run(args) -> dict:
                             args.remat))
     print(f'compiled {arch} {router} {dtype} in {time.perf_counter() - start:.0f} s', flush=True)
   peaks = {dtype: peak_flops(dtype) for dtype in args.dtypes}
-  round_ms = interleaved_ms(steppers, args.rounds, args.steps, args.warmup)
-  rows = add_ratios([row(s.fields, times, peaks[s.fields['dtype']][0])
-                     for s, times in zip(steppers, round_ms)])
+  round_ms, update_ms = interleaved_ms(steppers, args.rounds, args.steps, args.warmup)
+  rows = add_ratios([row(s.fields, times, peaks[s.fields['dtype']][0], updates)
+                     for s, times, updates in zip(steppers, round_ms, update_ms)])
   for r in rows:
     print(json.dumps(r), flush=True)
   return {'machine': moe_layer.machine(),

@@ -28,6 +28,7 @@ def test_grid_on_runlocal_configs_writes_every_field(tmp_path, monkeypatch, caps
     assert r['dispatch_dtype'] == (None if router == 'dense' else 'bfloat16')
     assert r['flops_per_image'] > 0 and r['peak_memory_bytes'] > 0 and 0 < r['mfu']
     assert r['images_per_second'] == pytest.approx(8 / (r['step_ms'] / 1e3), rel=1e-3)
+    assert 0 < r['update_ms']           # The optimizer's update alone, in the same rounds.
   for dtype in paper_step.DTYPES:
     dense, soft = rows[('dense', dtype)], rows[('soft_moe', dtype)]
     assert soft['vs_dense'] == pytest.approx(soft['step_ms'] / dense['step_ms'], abs=1e-3)
@@ -61,6 +62,15 @@ def test_rows_and_ratios_hand_worked():
   assert (soft['vs_dense'], soft['flops_vs_dense'], soft['vs_flops_scaled_dense']) == (
       1.25, 1.25, 1.0)
   assert soft['target'] == 1.1 and soft['meets_target']
+
+
+def test_update_share_of_the_extra_step_hand_worked():
+  peak = 1e12
+  dense = paper_step.row(fields('B/32', 'dense', 'float32', 1e9), [20.0], peak, [4.0])
+  sparse = paper_step.row(fields('B/32', 'sinkhorn_ec', 'float32', 1e9), [30.0], peak, [7.0])
+  assert (dense['update_ms'], sparse['update_ms']) == (4.0, 7.0)
+  # The MoE step takes 10 ms more, its update 3 ms more: the update explains 30% of the extra.
+  assert paper_step.add_ratios([dense, sparse])[1]['update_share_of_extra'] == 0.3
 
 
 def test_peak_table_and_calibration():

@@ -66,13 +66,19 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, loss_kin
     loss_fn = lambda params: training_loss(model, params, batch['image'], batch['labels'], rng,
                                            loss_kind)
     (loss, (xent, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
     metrics = {'loss': loss, 'xent': xent, 'aux_loss': aux['aux_loss'],
                'grad_norm': optax.global_norm(grads), **router_summary(aux['router'])}
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    return apply_gradients(tx, state, grads), metrics
 
   return train_step
+
+
+def apply_gradients(tx: optax.GradientTransformation, state: TrainState, grads) -> TrainState:
+  """The optimizer's update of `state` by `grads`: the step's work per parameter, which does not
+  depend on the batch (bench/paper_step.py times it alone)."""
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  return TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                    opt_state=opt_state)
 
 
 # V-MoE mixes each example with one other (configs/vmoe_paper/common.py get_mixup_config: size = 2;
