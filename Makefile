@@ -7,13 +7,15 @@
 #   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
 #                  runs are skipped, so a killed sweep resumes
-#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models (~50 CPU-min, estimated)
+#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
+#                  XLA:TPU from libtpu without a TPU (PLAN_MINUTES)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TPU_COMPILER_STAMP := $(VENV)/tpu-compiler/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
@@ -23,13 +25,18 @@ SEEDS ?= 1
 WORKDIRS ?= workdirs
 TABLES_OUT ?= results/out
 
-install: $(STAMP) fashion-mnist
+install: $(STAMP) $(TPU_COMPILER_STAMP) fashion-mnist
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements.txt
 	touch $(STAMP)
+
+# libtpu, outside the venv's path: only launch/tpu_compiler.py loads it (make plan).
+$(TPU_COMPILER_STAMP): requirements-tpu-compiler.txt $(STAMP)
+	$(PY) -m pip install --no-deps --upgrade --target $(VENV)/tpu-compiler -r requirements-tpu-compiler.txt
+	touch $(TPU_COMPILER_STAMP)
 
 # The embedded default dataset: Debian's dataset-fashion-mnist (IDX files). Where apt is not
 # available (e.g. macOS) the loader falls back to TFDS's own `fashion_mnist` download.

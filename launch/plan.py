@@ -1,13 +1,13 @@
 """Memory and time plan: per-device memory and FLOPs of the paper's models on common slices.
 
-  nice -n 19 .venv/bin/python -m launch.plan --out docs/scaling.md   # ~13 CPU-minutes x 4 (estimated)
-  nice -n 19 .venv/bin/python -m launch.plan --no-precisions --out /tmp/scaling.md   # ~13
+  nice -n 19 .venv/bin/python -m launch.plan --out docs/scaling.md
+  nice -n 19 .venv/bin/python -m launch.plan --no-tpu-compiler --out /tmp/scaling.md   # XLA:CPU
 
 For B/32, B/16 and L/16 with E = 32 experts (softmax_ec, c = 1) at the paper's batch of 4096, on
 each slice of SLICES, this compiles the real sharded train step (the trainer's: mixup, loss,
-gradients, Adam update; state donated) for that many simulated CPU devices on a mesh
-data x expert with expert = gcd(devices, E) (every expert on one device when there are at least E
-devices), and reads XLA's own counters of the per-device program:
+gradients, Adam update; state donated) on a mesh data x expert with expert = gcd(devices, E)
+(every expert on one device when there are at least E devices), and reads the compiler's own
+counters of the per-device program:
   arguments  memory_analysis().argument_size_in_bytes: the device's share of the train state
              (parameters and Adam's two moments, expert weights split over 'expert') and batch;
   temporary  memory_analysis().temp_size_in_bytes: activations kept for the backward pass,
@@ -18,12 +18,18 @@ Parameter and optimizer bytes come from the state's shapes and shardings. The sa
 compiled again under each of PRECISIONS (bfloat16 compute, remat, both) for the peak per device
 of each: parameters and Adam moments stay float32, so what changes is the temporary memory.
 
-Caveats: the buffer assignment is XLA:CPU's. XLA:TPU and XLA:GPU fuse differently, and they
-rematerialise activations when a program would not otherwise fit, which XLA:CPU never does, so
-the temporary column is the program as written, an upper bound rather than a prediction. The
-ideal step time divides the device's FLOPs by its peak: float32 matmuls run as bfloat16 passes on
-TPU and as TF32 on A100 by default (jax-ml/jax#18934), so the peaks are those; real runs reach a
-fraction of it (MoE routing, all-to-all and the input pipeline are not in the FLOPs).
+The compiler is XLA:TPU's (launch/tpu_compiler.py: libtpu compiles for a TPU topology without a
+TPU). The TPU rows compile for the slice itself. The GPU rows compile the same per-device program
+for TPU v5p chips (95 GiB of HBM each) as a stand-in for XLA:GPU, which cannot compile without a
+GPU: both are accelerator compilers with native bfloat16 that schedule for memory and
+rematerialise to fit, which XLA:CPU does not. Without libtpu (--no-tpu-compiler), every row is
+XLA:CPU's on simulated CPU devices, with its memory-aware scheduler (CPU_SCHEDULER_FLAG). Its
+numbers are upper bounds: it computes bfloat16 matmuls in float32 (both copies stay live) and it
+never rematerialises on its own.
+
+The ideal step time divides the device's FLOPs by its peak: float32 matmuls run as bfloat16
+passes on TPU and as TF32 on A100 by default (jax-ml/jax#18934), so the peaks are those; real runs
+reach a fraction of it (MoE routing, all-to-all and the input pipeline are not in the FLOPs).
 """
 import argparse
 import dataclasses
@@ -33,9 +39,16 @@ import shlex
 import sys
 import time
 
-if __name__ == '__main__':   # XLA reads this when jax starts: devices for the largest slice.
-  os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=256'
-  os.environ['JAX_PLATFORMS'] = 'cpu'
+# XLA:CPU's default scheduler orders a program for concurrency: it runs the backward pass's
+# recomputations as soon as their inputs exist, which undoes remat (dense B/32, 64 images: 3.17
+# GiB of temporaries with remat or without). With this flag it schedules for memory, as the
+# accelerator compilers do (the same program: 5.90 -> 5.86 GiB under remat by default, 5.75 ->
+# 2.82 GiB with it; launch/plan_test.py checks the effect).
+CPU_SCHEDULER_FLAG = '--xla_cpu_enable_concurrency_optimized_scheduler=false'
+
+if __name__ == '__main__':   # XLA reads these when jax starts: devices for the largest slice.
+  os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count=256 {CPU_SCHEDULER_FLAG}'
+  os.environ['JAX_PLATFORMS'] = 'cpu'   # TPU slices are compiled for, never run (tpu_compiler).
 
 import jax   # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np   # pylint: disable=wrong-import-position
@@ -44,6 +57,7 @@ from base import atomic   # pylint: disable=wrong-import-position
 from base import fast_compile   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import experiment as experiment_parser   # pylint: disable=wrong-import-position
+from launch import tpu_compiler   # pylint: disable=wrong-import-position
 from vmoe import flops   # pylint: disable=wrong-import-position
 from vmoe import setup as setup_lib   # pylint: disable=wrong-import-position
 from vmoe import sharding   # pylint: disable=wrong-import-position
@@ -57,22 +71,31 @@ ROUTER_SLICE = 0     # The router comparison runs B/32 on SLICES[0].
 
 @dataclasses.dataclass(frozen=True)
 class Slice:
-  """A set of accelerators: how many JAX devices, and each one's memory and peak FLOP/s."""
+  """A set of accelerators: how many JAX devices, each one's memory and peak FLOP/s, and the TPU
+  topology (launch/tpu_compiler.py) whose compiler sizes it: the slice's own for a TPU, one with
+  as many devices for a GPU slice (a stand-in: see the module's docstring)."""
   name: str
   devices: int
   memory_gib: float
   peak_tflops: float
+  tpu_topology: str
+
+  @property
+  def is_tpu(self) -> bool:
+    return self.name.startswith('TPU')
 
 
 # A v3 chip has 2 TensorCores (2 JAX devices), 32 GiB of HBM and 123 bf16 TFLOP/s
-# (cloud.google.com/tpu/docs/v3); an A100 80GB has 80 GiB and 156 TF32 TFLOP/s (dense).
+# (cloud.google.com/tpu/docs/v3); an A100 80GB has 80 GiB and 156 TF32 TFLOP/s (dense). A v5p
+# chip is one JAX device with 95 GiB of HBM, more than the GPUs', so the stand-in's compiler
+# does not rematerialise what would fit in 80 GiB.
 SLICES = (
-    Slice('TPU v3-32', 32, 16.0, 61.5),
-    Slice('TPU v3-128', 128, 16.0, 61.5),
-    Slice('TPU v3-256', 256, 16.0, 61.5),
-    Slice('8x A100 80GB', 8, 80.0, 156.0),
-    Slice('64x A100 80GB', 64, 80.0, 156.0),
-    Slice('8x H100 80GB', 8, 80.0, 494.5),     # H100 SXM: 494.5 dense TF32 TFLOP/s.
+    Slice('TPU v3-32', 32, 16.0, 61.5, 'v3:4x4'),
+    Slice('TPU v3-128', 128, 16.0, 61.5, 'v3:8x8'),
+    Slice('TPU v3-256', 256, 16.0, 61.5, 'v3:8x16'),
+    Slice('8x A100 80GB', 8, 80.0, 156.0, 'v5p:2x2x2'),
+    Slice('64x A100 80GB', 64, 80.0, 156.0, 'v5p:4x4x4'),
+    Slice('8x H100 80GB', 8, 80.0, 494.5, 'v5p:2x2x2'),   # H100 SXM: 494.5 dense TF32 TFLOP/s.
 )
 # Peak-memory columns: the config's overrides for each (the base columns are the configs' float32
 # model with bfloat16 dispatch).
@@ -101,14 +124,15 @@ def device_bytes(tree, shardings) -> int:
 
 
 def measure(config, devices) -> dict:
-  """Compiles `config`'s train step at config.batch_size over `devices`; per-device counters."""
+  """Compiles `config`'s train step at config.batch_size over `devices` (CPU devices, or TPU
+  devices of a topology); the per-device counters."""
   experiment = experiment_parser.parse(config, num_devices=len(devices))
   data, expert = mesh_shape(len(devices), experiment.moe.num_experts)
   setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(data, expert),
                                                          devices))
   state, state_shardings = setup.abstract_state, setup.state_shardings
   start = time.process_time()
-  compiled = setup.compile(fast_compile.OPTIONS)
+  compiled = setup.compile(fast_compile.OPTIONS if devices[0].platform == 'cpu' else None)
   memory = compiled.memory_analysis()
   params = jax.tree.leaves(state.params)
   return {
@@ -125,17 +149,24 @@ def measure(config, devices) -> dict:
   }
 
 
+def slice_devices(slice_: Slice, cpu_devices, tpu: bool) -> list:
+  """The devices to compile `slice_`'s program for: its TPU topology's, or simulated CPUs."""
+  return tpu_compiler.devices(slice_.tpu_topology) if tpu else cpu_devices[:slice_.devices]
+
+
 def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = ()) -> dict:
-  """`measure` on a slice, with the totals a user sizes a run by, and the peak bytes per device
-  under each of `precisions` (PRECISIONS names) in row['precision_peak_bytes']."""
+  """`measure` on a slice's `devices`, with the totals a user sizes a run by, and the peak bytes
+  per device under each of `precisions` (PRECISIONS names) in row['precision_peak_bytes']."""
+  devices = devices[:slice_.devices]
   row = {'arch': config.model.variant, 'router': config.moe.router.name, 'slice': slice_.name,
-         **measure(config, devices[:slice_.devices])}
+         'compiler': (f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else
+                      'XLA:CPU'), **measure(config, devices)}
   row['peak_bytes'] = row['argument_bytes'] + row['temp_bytes']
   row['fits'] = row['peak_bytes'] <= slice_.memory_gib * GIB
   row['precision_peak_bytes'] = {}
   for name in precisions:
     other = measure(common.override(config.copy_and_resolve_references(), PRECISIONS[name]),
-                    devices[:slice_.devices])
+                    devices)
     row['precision_peak_bytes'][name] = other['argument_bytes'] + other['temp_bytes']
   row['flops_per_step'] = row['flops_per_device'] * slice_.devices
   row['ideal_step_seconds'] = row['flops_per_device'] / (slice_.peak_tflops * 1e12)
@@ -157,15 +188,16 @@ def to_markdown(rows: list[dict], router_rows: list[dict], command: str, steps: 
       f'{ROUTER} at c = 1, float32 parameters, Adam; the configs\' float32 model with bfloat16 '
       'dispatch, and the peak under each of ' + (', '.join(precisions) or 'no other precision') +
       ' (`--config.model.dtype=bfloat16`, `--config.model.remat=True`); memory in GiB per device.',
-      '', '| model | slice | mesh data x expert | images / device | parameters | Adam moments | '
+      '', '| model | slice | compiler | mesh data x expert | images / device | parameters | '
+      'Adam moments | '
       'arguments | temporary | peak | ' + ''.join(f'peak, {p} | ' for p in precisions) +
       'device memory | fits | TFLOPs / step | ideal ms / step | '
       f'ideal days, {steps:,} steps |',
-      '|' + ' --- |' * (14 + len(precisions))]
+      '|' + ' --- |' * (15 + len(precisions))]
   memory = {s.name: s.memory_gib for s in SLICES}
   for r in rows:
     lines.append(
-        f"| {r['arch']} | {r['slice']} | {r['mesh'][0]} x {r['mesh'][1]} | "
+        f"| {r['arch']} | {r['slice']} | {r['compiler']} | {r['mesh'][0]} x {r['mesh'][1]} | "
         f"{r['batch_per_device']} | {_gib(r['param_bytes'])} | {_gib(r['optimizer_bytes'])} | "
         f"{_gib(r['argument_bytes'])} | {_gib(r['temp_bytes'])} | {_gib(r['peak_bytes'])} | " +
         ''.join(f"{_gib(r['precision_peak_bytes'][p])} | " for p in precisions) +
@@ -175,10 +207,13 @@ def to_markdown(rows: list[dict], router_rows: list[dict], command: str, steps: 
   lines += ['', 'Reading the table: *arguments* is the device\'s share of the train state '
             '(parameters, Adam moments) and of the batch; *temporary* holds the activations kept '
             'for the backward pass, the gradients and the all-to-all buffers; *peak* is their '
-            'sum, since the new state overwrites the donated old one. XLA:CPU never '
-            'rematerialises, so a **no** means the program as written does not fit: use more '
-            'devices (fewer images each), or let the TPU/GPU compiler rematerialise, and check '
-            'its memory_analysis() of the step on the device itself. Ideal times assume the '
+            'sum, since the new state overwrites the donated old one. *compiler* says whose '
+            'counters they are: XLA:TPU for the slice\'s topology (a TPU v5p stand-in for the '
+            'GPU slices, whose XLA:GPU cannot compile without a GPU) already rematerialises what '
+            'would not fit its chip; XLA:CPU (`--no-tpu-compiler`) never does and computes '
+            'bfloat16 matmuls in float32, so its figures are upper bounds. A **no** means the '
+            'step does not fit: use more devices (fewer images each), or remat. Ideal times '
+            'assume the '
             'device\'s peak FLOP/s: real steps are slower (routing, all-to-all, input).', '',
             'Parameters in total (all experts; mesh.expert=1 would hold them, and twice as '
             'much again in Adam moments, on every device):', '']
@@ -204,15 +239,24 @@ def main(argv=None) -> int:
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
   parser.add_argument('--no-precisions', action='store_true',
                       help='Skip the bfloat16 and remat columns (PRECISIONS).')
+  parser.add_argument('--no-tpu-compiler', action='store_true',
+                      help='Compile every slice for simulated CPU devices (XLA:CPU) instead of '
+                      'with libtpu (launch/tpu_compiler.py).')
   args = parser.parse_args(argv)
-  devices = jax.devices()
-  if len(devices) < max(s.devices for s in SLICES):
-    raise SystemExit(f'{len(devices)} devices; run as `python -m launch.plan`, which asks XLA '
-                     'for 256 simulated CPU devices before jax starts.')
+  tpu = not args.no_tpu_compiler
+  if tpu and not tpu_compiler.available():
+    parser.error(f'no TPU compiler at {tpu_compiler.LIBRARY}: run `make install`, which installs '
+                 'requirements-tpu-compiler.txt there, or pass --no-tpu-compiler.')
+  cpu_devices = jax.devices()
+  if not tpu and (len(cpu_devices) < max(s.devices for s in SLICES) or
+                  CPU_SCHEDULER_FLAG not in os.environ.get('XLA_FLAGS', '')):
+    parser.error(f'{len(cpu_devices)} devices; run as `python -m launch.plan`, which asks XLA '
+                 'for 256 simulated CPU devices and its memory scheduler before jax starts.')
   rows = []
   for variant in VARIANTS:
     for slice_ in SLICES:
-      rows.append(plan_row(paper_config(variant), slice_, devices,
+      rows.append(plan_row(paper_config(variant), slice_,
+                           slice_devices(slice_, cpu_devices, tpu),
                            () if args.no_precisions else tuple(PRECISIONS)))
       print(f"{variant} {slice_.name}: peak {_gib(rows[-1]['peak_bytes'])} GiB "
             f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
@@ -221,7 +265,8 @@ def main(argv=None) -> int:
   for router in routers:   # B/32 on SLICES[ROUTER_SLICE].
     same = router == ROUTER
     router_rows.append(rows[ROUTER_SLICE] if same else plan_row(
-        paper_config(VARIANTS[0], router), SLICES[ROUTER_SLICE], devices))
+        paper_config(VARIANTS[0], router), SLICES[ROUTER_SLICE],
+        slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu)))
   command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in (argv or sys.argv[1:]))
   atomic.write_text(args.out, to_markdown(rows, router_rows, command,
                                           paper_config(VARIANTS[0]).num_train_steps))

@@ -1,9 +1,17 @@
-"""The memory and time plan on this process's one CPU device, with a runlocal paper config."""
+"""The memory and time plan on this process's one CPU device, with a runlocal paper config, and
+in subprocesses that start jax as launch/plan.py does (XLA:CPU's memory scheduler, libtpu)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import pytest
 
 from configs import common
 from launch import plan
+from launch import tpu_compiler
 
 
 @pytest.mark.parametrize('devices,mesh', [(32, (1, 32)), (128, (4, 32)), (8, (1, 8)),
@@ -15,7 +23,7 @@ def test_the_expert_axis_takes_as_many_devices_as_experts_allow(devices, mesh):
 def test_a_row_counts_the_state_and_the_step():
   # 'mu/32' on 64x64 images (4 patches + class token), E = 32, a batch of 8 images (one group).
   config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
-  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0)
+  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0, tpu_topology='')
   row = plan.plan_row(config, one_cpu, jax.devices()[:1])
   assert row['mesh'] == (1, 1) and row['batch_per_device'] == 8
   assert row['param_bytes'] == row['param_bytes_total'] == 4 * row['num_params']
@@ -28,7 +36,7 @@ def test_a_row_counts_the_state_and_the_step():
   assert row['flops_per_step'] == row['flops_per_device'] > 0
   assert row['ideal_step_seconds'] == pytest.approx(row['flops_per_device'] / 1e12)
   table = plan.to_markdown([row], [row], 'python -m launch.plan', config.num_train_steps)
-  assert '| mu/32 | one CPU | 1 x 1 | 8 |' in table and '| softmax_ec |' in table
+  assert '| mu/32 | one CPU | XLA:CPU | 1 x 1 | 8 |' in table and '| softmax_ec |' in table
 
 
 def test_precision_columns_measure_bfloat16_and_remat_memory():
@@ -38,7 +46,7 @@ def test_precision_columns_measure_bfloat16_and_remat_memory():
   config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
   config = common.override(config, {'model.image_size': 32, 'model.patch_size': 4,
                                     'batch_size': 256, 'moe.num_experts': 4})
-  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0)
+  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0, tpu_topology='')
   row = plan.plan_row(config, one_cpu, jax.devices()[:1], tuple(plan.PRECISIONS))
   peaks = row['precision_peak_bytes']
   assert set(peaks) == {'bf16', 'remat', 'bf16 + remat'}
@@ -47,3 +55,76 @@ def test_precision_columns_measure_bfloat16_and_remat_memory():
   table = plan.to_markdown([row], [], 'python -m launch.plan', config.num_train_steps)
   assert '| peak, bf16 | peak, remat | peak, bf16 + remat |' in table
   assert f"| {plan._gib(row['peak_bytes'])} | {plan._gib(peaks['bf16'])} | " in table
+
+
+def run_python(code: str, xla_flags: str = '') -> dict:
+  """`code`'s last stdout line as JSON, from a fresh process that starts jax on the CPU only."""
+  env = {**os.environ, 'XLA_FLAGS': xla_flags, 'JAX_PLATFORMS': 'cpu'}
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env=env, cwd=root,
+                       capture_output=True, text=True, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_memory_scheduler_lets_remat_save_memory():
+  # Six MLP blocks of width 128 on 1024 tokens. Without remat the backward pass keeps each
+  # block's 1024 x 512 hidden layer twice (before and after gelu): 6 x 2 x 2 MiB; with
+  # nothing_saveable it keeps the 1024 x 128 inputs (0.5 MiB each) and one block's hidden
+  # layers at a time. The flag is what makes XLA:CPU's schedule show it.
+  temps = run_python('''
+      import json, jax, jax.numpy as jnp
+      def block(w, x):
+        return x + jax.nn.gelu(x @ w[0]) @ w[1]
+      def loss(ws, x, remat):
+        f = jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable) if remat else block
+        for w in ws:
+          x = f(w, x)
+        return jnp.sum(x ** 2)
+      ws = [(jnp.zeros((128, 512)), jnp.zeros((512, 128))) for _ in range(6)]
+      x = jnp.zeros((1024, 128))
+      temp = {remat: jax.jit(jax.grad(lambda ws, x: loss(ws, x, remat))).lower(ws, x).compile()
+              .memory_analysis().temp_size_in_bytes for remat in (False, True)}
+      print(json.dumps({str(k): v for k, v in temp.items()}))
+      ''', xla_flags=plan.CPU_SCHEDULER_FLAG)
+  # 6 x 2 hidden layers of 2 MiB kept without remat, at most 2 of them (one block) with it.
+  assert temps['False'] - temps['True'] >= 8 * 2 ** 20, temps
+
+
+def require_tpu_compiler():
+  """Fails under CI (CI is set, as .ci/run does, after `make install` put libtpu in place);
+  elsewhere skips, for a clone installed without make."""
+  if not tpu_compiler.available():
+    message = f'no TPU compiler at {tpu_compiler.LIBRARY} (make install puts it there)'
+    if os.environ.get('CI'):
+      pytest.fail(message)
+    pytest.skip(message)
+
+
+def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
+  require_tpu_compiler()
+  # test_precision_columns_measure_bfloat16_and_remat_memory's small model, on a TPU v5e-4
+  # (4 chips, 16 GiB each), compiled by XLA:TPU: 64 images per device, one expert each. At this
+  # size (width 32, below the TPU's 128 lanes) neither bfloat16 nor remat saves memory; what
+  # they save at the paper's sizes is in docs/scaling.md, which this same code writes.
+  row = run_python('''
+      import json
+      from configs import common
+      from launch import plan
+      config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
+      config = common.override(config, {'model.image_size': 32, 'model.patch_size': 4,
+                                        'batch_size': 256, 'moe.num_experts': 4,
+                                        'eval.batch_size': 32, 'fewshot.batch_size': 32})
+      slice_ = plan.Slice('TPU v5e-4', 4, 16.0, 197.0, 'v5e:2x2')
+      row = plan.plan_row(config, slice_, plan.slice_devices(slice_, [], tpu=True),
+                          ('bf16 + remat',))
+      print(json.dumps(row))
+      ''')
+  assert row['compiler'] == 'XLA:TPU v5e:2x2'
+  assert row['mesh'] == [1, 4] and row['batch_per_device'] == 64
+  # One expert of four per device: a quarter of the expert weights, all the rest.
+  assert row['param_bytes'] < row['param_bytes_total']
+  assert row['argument_bytes'] >= row['param_bytes'] + row['optimizer_bytes']
+  assert row['temp_bytes'] > 0 and row['fits']
+  assert row['flops_per_step'] == 4 * row['flops_per_device'] > 0
+  assert row['precision_peak_bytes']['bf16 + remat'] > row['argument_bytes']
