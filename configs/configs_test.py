@@ -123,7 +123,9 @@ def test_effective_capacity_of_the_paper_configs(name):
 def test_router_presets_follow_the_reference(name):
   # Noise 1/E for softmax and Sinkhorn routers (paper eq. softmax-affinity; V-MoE's routers'
   # default noise_std 1.0, relative to 1/E); balance losses for softmax_tc only; experts from one
-  # shared initialisation (V-MoE i21k); C = round(c T / E) with halves to even (paper Sec. 4.1).
+  # shared initialisation (V-MoE i21k); C = round(c T / E) with halves to even (paper Sec. 4.1);
+  # the training combine takes the clean softmax for sinkhorn_tc only (the reference's
+  # kl_projection_routing; fidelity D5).
   routers = [name.split('_', 1)[1]] if name != 'tiny' else list(router_lib.PAPER_ROUTERS)
   for router in routers:
     config = load(name) if name != 'tiny' else load('tiny', f'router={router}')
@@ -133,6 +135,7 @@ def test_router_presets_follow_the_reference(name):
     losses = 0.005 if router == 'softmax_tc' else 0.0
     assert moe.router.importance_loss_weight == moe.router.load_loss_weight == losses
     assert moe.expert_init == 'shared' and moe.router.capacity_rounding == 'round_half_even'
+    assert moe.router.noisy_combine == (router != 'sinkhorn_tc')
 
 
 @pytest.mark.parametrize('router', list(router_lib.PAPER_ROUTERS) + [common.DENSE])

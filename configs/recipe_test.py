@@ -102,5 +102,6 @@ def test_the_shared_recipe_is_the_one_common_builds():
                'model.patch_size', 'moe.router.name', 'moe.router.capacity_factor',
                'moe.router.noise_std', 'moe.router.importance_loss_weight',
                'moe.router.load_loss_weight', 'moe.router.sparsity_steps',
-               'moe.router.sparsity_warm_start', 'moe.router.sparsity_memory'}
+               'moe.router.sparsity_warm_start', 'moe.router.sparsity_memory',
+               'moe.router.noisy_combine'}
   assert leaves - elsewhere - set(SHARED_RECIPE) == set()

@@ -110,6 +110,14 @@ def sparsity_solver_defaults(capacity_factor: float) -> tuple[int, int]:
   return (5, 10) if capacity_factor <= 1 else (10, 0)
 
 
+# Routers whose combine weights take the softmax of the clean logits in training, when
+# RouterConfig.noisy_combine is not set: the reference's token-choice Sinkhorn (KL-projection)
+# router does (vmoe/projects/sparsity_constrained_ot/kl_projection_routing.py, where
+# `gates_softmax_noisy = jax.nn.softmax(gates_logits)`), and so does the paper's softmax(X W).
+# Its other routers combine with the noisy softmax (docs/fidelity.md, D5).
+CLEAN_COMBINE_ROUTERS = ('sinkhorn_tc',)
+
+
 @dataclasses.dataclass(frozen=True)
 class RouterConfig:
   """Everything that defines a router; built from `config.moe.router` (`RouterConfig(**cfg)`).
@@ -122,6 +130,9 @@ class RouterConfig:
   moe_config) set 1.0, the reference routers' default, for the softmax and Sinkhorn routers.
   softmax_combine: sparse routers whose affinity is not softmax dispatch with it but combine with
   softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
+  noisy_combine: in training, whether that softmax is of the noisy logits the router dispatched
+  with (True) or of the clean ones (False); None (the default) takes the reference's choice for
+  the router (False for CLEAN_COMBINE_ROUTERS, True otherwise). Without noise both are the same.
   sparsity_steps and sparsity_warm_start: L-BFGS steps of the sparsity-constrained OT solver and
   Sinkhorn iterations of its entropic starting point (0: start at 0); see
   affinity.sparsity_constrained. None (the default) takes `sparsity_solver_defaults(c)`;
@@ -131,6 +142,7 @@ class RouterConfig:
   name: str
   capacity_factor: float
   softmax_combine: bool = True
+  noisy_combine: bool | None = None
   noise_std: float = 0.0
   importance_loss_weight: float = 0.0
   load_loss_weight: float = 0.0
@@ -147,6 +159,8 @@ class RouterConfig:
       object.__setattr__(self, 'sparsity_steps', steps)
     if self.sparsity_warm_start is None:
       object.__setattr__(self, 'sparsity_warm_start', warm_start)
+    if self.noisy_combine is None:
+      object.__setattr__(self, 'noisy_combine', self.name not in CLEAN_COMBINE_ROUTERS)
     if self.capacity_factor <= 0:
       raise ValueError(f'router {self.name}: capacity factor must be > 0, got {self.capacity_factor}.')
     if spec.allocation == names.TOKEN_CHOICE and int(self.capacity_factor) != self.capacity_factor:
@@ -197,20 +211,27 @@ class DenseRouting(NamedTuple):
   combine: jax.Array
 
 
-def route_group(logits: jax.Array, config: RouterConfig, capacity: int):
+def route_group(logits: jax.Array, config: RouterConfig, capacity: int,
+                clean_logits: jax.Array | None = None):
   """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight, report).
 
   slot_token and slot_weight are (E, C); report is the sparsity-constrained solver's
   affinity.SolverReport, None for the other affinities. The affinity picks the dispatch (a
   discrete choice: no gradient flows through it); the combine weights are softmax(logits) at the
-  dispatched positions, or the affinity itself when softmax_combine is off, and carry the
-  router's gradient.
+  dispatched positions (softmax(clean_logits) when given and config.noisy_combine is False: the
+  logits before training noise), or the affinity itself when softmax_combine is off, and carry
+  the router's gradient.
   """
   spec = config.spec
   probs = affinity.softmax(logits)
   scores, report = AFFINITIES[spec.affinity](logits, probs, capacity, config)
   slot_token = ALLOCATIONS[spec.allocation](jax.lax.stop_gradient(scores), capacity, config)
-  combine_scores = probs if config.softmax_combine else scores
+  if not config.softmax_combine:
+    combine_scores = scores
+  elif clean_logits is None or config.noisy_combine:
+    combine_scores = probs
+  else:
+    combine_scores = affinity.softmax(clean_logits)
   return slot_token, allocation.slot_weights(slot_token, combine_scores), report
 
 
@@ -264,7 +285,8 @@ class Router(nn.Module):
       std = self.config.noise_std / self.num_experts
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
     slot_token, slot_weight, report = jax.vmap(
-        lambda l: route_group(l, self.config, capacity))(noisy_logits)
+        lambda noisy, clean: route_group(noisy, self.config, capacity, clean))(
+            noisy_logits, logits)
     metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
     if report is not None:
       metrics.update(solver_row_error=jnp.mean(report.row_error),

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from vmoe.routing import affinity
+from vmoe.routing import allocation
 from vmoe.routing import names
 from vmoe.routing import router as router_lib
 
@@ -237,3 +238,33 @@ def test_training_noise_has_std_noise_std_over_e_and_feeds_the_combine_weights()
   # 8 groups x 256 slots = 2048 samples: the sample std's relative error is about
   # 1 / sqrt(2 * 2048) = 1.6%, 5 sigma 7.8%. Without the / E the std would be twice as large.
   assert noise.size == 2048 and abs(noise.std() / (np.sqrt(2) * 1.0 / 2) - 1) < 0.078
+
+
+@pytest.mark.parametrize('name,noisy_combine', [('sinkhorn_tc', False), ('softmax_tc', True),
+                                                ('softmax_ec', True), ('sinkhorn_ec', True)])
+@pytest.mark.parametrize('override', [False, True])
+def test_training_combine_takes_the_reference_routers_noisy_or_clean_softmax(
+    name, noisy_combine, override):
+  # The reference's token-choice Sinkhorn router combines with the clean softmax, its others with
+  # the noisy one (D5); noisy_combine overrides that choice.
+  if override:
+    noisy_combine = not noisy_combine
+    config = router_lib.RouterConfig(name, 1, noise_std=1.0, noisy_combine=noisy_combine)
+  else:
+    config = router_lib.RouterConfig(name, 1, noise_std=1.0)
+  assert config.noisy_combine is noisy_combine
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 16))
+  module = router_lib.Router(config, num_experts=4)
+  variables = module.init(jax.random.PRNGKey(1), x, train=False)
+  routing, _ = module.apply(variables, x, train=True, rngs={'gating': jax.random.PRNGKey(2)})
+  clean = jnp.einsum('gsd,de->gse', x, variables['params']['kernel'])
+  expected = jax.vmap(allocation.slot_weights)(routing.slot_token,
+                                                affinity.softmax(clean))
+  # The same float32 softmax of the same logits: equal up to the einsum's summation order, a few
+  # ulps of logits of order 1 (1e-6 covers 8 ulps). The noise (std 1/4 a logit) moves the noisy
+  # combine weights by ~10% of their size, far above that.
+  error = np.abs(np.asarray(routing.slot_weight - expected)).max()
+  if noisy_combine:
+    assert error > 1e-2
+  else:
+    np.testing.assert_allclose(routing.slot_weight, expected, atol=1e-6)
