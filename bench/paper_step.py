@@ -28,14 +28,21 @@ batch the recipe routes) and E = 4 experts: one device's share of E = 32 on an 8
 so that a device holds and computes what it would on an 8-GPU node (without the all-to-all);
 L/16 with E = 32 needs ~50 GB of state. Both are recorded in every row.
 
-Run time on the 2-core CPU, measured on 2026-11-24: `--archs B/32,B/16` 11.6 minutes (20 rows
-compiled in 7-17 s each, then 3 rounds). The default grid with L/16 was killed by the OOM killer
-of a 24 GiB host in its L/16 rows (24.3 GB resident): run L/16 in a process of its own.
+Processes: with several archs, each arch runs in a process of its own (this module with
+--archs ARCH), one after the other, and the records are merged: no comparison crosses archs, and
+one arch's compiled programs and freed memory never share a host with the next's (all three archs
+in one process once reached 24.3 GB resident on a 24 GiB host, in the L/16 rows). Each process's
+calibrated peak and times are kept in `processes`. The run time on the 2-core CPU is in the JSON
+(`processes[*].seconds`).
 """
 import argparse
 import json
 import math
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -200,12 +207,13 @@ def row(fields: dict, round_ms: list[float], peak: float,
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
-  """Each MoE row with its step and FLOPs over the dense row of the same arch and dtype (when the
-  grid has it), and the issue's target for it."""
-  dense = {(r['arch'], r['dtype']): r for r in rows if r['router'] == DENSE}
+  """Each MoE row with its step and FLOPs over the dense row of the same arch, dtype and batch
+  (when the grid has it), and the issue's target for it."""
+  key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'])
+  dense = {key(r): r for r in rows if r['router'] == DENSE}
   out = []
   for r in rows:
-    base = dense.get((r['arch'], r['dtype']))
+    base = dense.get(key(r))
     if r['router'] == DENSE or base is None:
       out.append(r)
       continue
@@ -251,6 +259,26 @@ def run(args) -> dict:
           'rows': rows}
 
 
+def run_per_arch(args, argv: list[str]) -> dict:
+  """Each arch of `args` run by a process of its own, the records merged: rows in arch order, each
+  process's arch, peak FLOP/s and run time in `processes`. A process gets `argv` followed by
+  --archs ARCH --out FILE (argparse keeps an option's last value)."""
+  rows, processes = [], []
+  with tempfile.TemporaryDirectory() as tmp:
+    for arch in args.archs:
+      out = os.path.join(tmp, 'arch.json')
+      start = time.perf_counter()
+      subprocess.run([sys.executable, '-m', 'bench.paper_step', *argv, '--archs', arch,
+                      '--out', out], check=True)
+      with open(out, encoding='utf-8') as f:
+        record = json.load(f)
+      rows += record['rows']
+      processes.append({'archs': [arch], 'peak_flops': record['peak_flops'],
+                        'seconds': round(time.perf_counter() - start, 1)})
+  return {**record, 'method': record['method'] + '; one process per arch, run in turn',
+          'peak_flops': processes[0]['peak_flops'], 'processes': processes, 'rows': rows}
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   cpu = on_cpu()
@@ -281,8 +309,16 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+  argv = sys.argv[1:] if argv is None else argv
   args = parse_args(argv)
-  atomic.write_json(args.out, run(args))
+  if len(args.archs) > 1:
+    record = run_per_arch(args, argv)
+  else:
+    start = time.perf_counter()
+    record = run(args)
+    record['processes'] = [{'archs': args.archs, 'peak_flops': record['peak_flops'],
+                            'seconds': round(time.perf_counter() - start, 1)}]
+  atomic.write_json(args.out, record)
   print(f'wrote {args.out}')
 
 

@@ -1,5 +1,7 @@
 """The paper-step benchmark: its grid on shrunk paper configs, the rows' fields and the ratios'
 arithmetic (no timing is checked)."""
+import json
+
 import jax
 import pytest
 
@@ -71,6 +73,31 @@ def test_update_share_of_the_extra_step_hand_worked():
   assert (dense['update_ms'], sparse['update_ms']) == (4.0, 7.0)
   # The MoE step takes 10 ms more, its update 3 ms more: the update explains 30% of the extra.
   assert paper_step.add_ratios([dense, sparse])[1]['update_share_of_extra'] == 0.3
+
+
+def test_several_archs_run_in_a_process_each_and_merge(tmp_path, monkeypatch):
+  calls = []
+
+  def fake_run(command, check):
+    assert check and command[:3] == [paper_step.sys.executable, '-m', 'bench.paper_step']
+    calls.append(command[3:])
+    arch, out = command[command.index('--archs', 5) + 1], command[-1]
+    record = {'machine': 'm', 'method': 'interleaved', 'targets': paper_step.TARGETS,
+              'peak_flops': {'float32': {'flops_per_second': len(calls)}},
+              'rows': [{'arch': arch, 'router': r} for r in ('dense', 'soft_moe')]}
+    paper_step.atomic.write_json(out, record)
+  monkeypatch.setattr(paper_step.subprocess, 'run', fake_run)
+  out = tmp_path / 'o.json'
+  paper_step.main(['--archs', 'B/32,L/16', '--rounds', '2', '--out', str(out)])
+  # The user's flags, then one arch and a file of its own (argparse keeps the last value).
+  assert [c[:4] for c in calls] == [['--archs', 'B/32,L/16', '--rounds', '2']] * 2
+  assert [c[c.index('--archs', 1) + 1] for c in calls] == ['B/32', 'L/16']
+  record = json.loads(out.read_text())
+  assert [(r['arch'], r['router']) for r in record['rows']] == [
+      ('B/32', 'dense'), ('B/32', 'soft_moe'), ('L/16', 'dense'), ('L/16', 'soft_moe')]
+  assert [p['archs'] for p in record['processes']] == [['B/32'], ['L/16']]
+  assert [p['peak_flops']['float32']['flops_per_second'] for p in record['processes']] == [1, 2]
+  assert record['method'] == 'interleaved; one process per arch, run in turn'
 
 
 def test_peak_table_and_calibration():
