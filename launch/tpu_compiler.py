@@ -15,7 +15,9 @@ import pathlib
 COMPILER_DIR = pathlib.Path(__file__).resolve().parent.parent / '.venv' / 'tpu-compiler'
 LIBRARY = COMPILER_DIR / 'libtpu' / 'libtpu.so'
 # libtpu otherwise asks the GCE metadata server which TPU it runs on, and warns that it cannot.
-_ENVIRONMENT = {'TPU_SKIP_MDS_QUERY': '1', 'TPU_WORKER_HOSTNAMES': 'localhost'}
+_ENVIRONMENT = {'TPU_SKIP_MDS_QUERY': '1', 'TPU_WORKER_HOSTNAMES': 'localhost',
+                # No chip is opened, so processes need not take turns (libtpu's lockfile).
+                'ALLOW_MULTIPLE_LIBTPU_LOAD': '1'}
 
 
 class NotInstalled(RuntimeError):
