@@ -15,7 +15,7 @@ counters of the per-device program:
   FLOPs      cost_analysis()['flops'] (vmoe/flops.py: what XLA counts) of the per-device program.
 The outputs (the new state) alias the donated arguments, so a device needs arguments + temporary.
 Parameter and optimizer bytes come from the state's shapes and shardings. The same step is
-compiled again under each of PRECISIONS (bfloat16 compute, remat, both) for the peak per device
+compiled again under each of PRECISIONS (bfloat16 compute, remat) for the peak per device
 of each: parameters and Adam moments stay float32, so what changes is the temporary memory.
 
 The compiler is XLA:TPU's (launch/tpu_compiler.py: libtpu compiles for a TPU topology without a
@@ -33,8 +33,10 @@ reach a fraction of it (MoE routing, all-to-all and the input pipeline are not i
 """
 import argparse
 import dataclasses
+import json
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -102,7 +104,6 @@ SLICES = (
 PRECISIONS = {
     'bf16': {'model.dtype': 'bfloat16'},
     'remat': {'model.remat': True},
-    'bf16 + remat': {'model.dtype': 'bfloat16', 'model.remat': True},
 }
 
 
@@ -154,19 +155,38 @@ def slice_devices(slice_: Slice, cpu_devices, tpu: bool) -> list:
   return tpu_compiler.devices(slice_.tpu_topology) if tpu else cpu_devices[:slice_.devices]
 
 
-def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = ()) -> dict:
+def cached(cache_dir: str | None, key: str, compute) -> dict:
+  """compute()'s dict, saved once per `key` in cache_dir (atomically) and read back from there by
+  any later or concurrent run: a killed plan resumes, and a slice that compiles the same program
+  as another (8x H100 and 8x A100 on one stand-in topology) reuses it. None: no cache."""
+  if cache_dir is None:
+    return compute()
+  path = os.path.join(cache_dir, re.sub(r'[^A-Za-z0-9.=+-]', '_', key) + '.json')
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  value = compute()
+  atomic.write_json(path, value)
+  return value
+
+
+def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
+             cache_dir: str | None = None) -> dict:
   """`measure` on a slice's `devices`, with the totals a user sizes a run by, and the peak bytes
-  per device under each of `precisions` (PRECISIONS names) in row['precision_peak_bytes']."""
+  per device under each of `precisions` (PRECISIONS names) in row['precision_peak_bytes'];
+  measurements are `cached` in cache_dir."""
   devices = devices[:slice_.devices]
+  compiler = f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
+  key = f'{config.model.variant}-{config.moe.router.name}-{compiler}-{len(devices)}'
   row = {'arch': config.model.variant, 'router': config.moe.router.name, 'slice': slice_.name,
-         'compiler': (f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else
-                      'XLA:CPU'), **measure(config, devices)}
+         'compiler': compiler,
+         **cached(cache_dir, key, lambda: measure(config, devices))}
   row['peak_bytes'] = row['argument_bytes'] + row['temp_bytes']
   row['fits'] = row['peak_bytes'] <= slice_.memory_gib * GIB
   row['precision_peak_bytes'] = {}
   for name in precisions:
-    other = measure(common.override(config.copy_and_resolve_references(), PRECISIONS[name]),
-                    devices)
+    overridden = common.override(config.copy_and_resolve_references(), PRECISIONS[name])
+    other = cached(cache_dir, f'{key}-{name}', lambda c=overridden: measure(c, devices))
     row['precision_peak_bytes'][name] = other['argument_bytes'] + other['temp_bytes']
   row['flops_per_step'] = row['flops_per_device'] * slice_.devices
   row['ideal_step_seconds'] = row['flops_per_device'] / (slice_.peak_tflops * 1e12)
@@ -239,6 +259,11 @@ def main(argv=None) -> int:
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
   parser.add_argument('--no-precisions', action='store_true',
                       help='Skip the bfloat16 and remat columns (PRECISIONS).')
+  parser.add_argument('--archs', default=','.join(VARIANTS),
+                      help='Comma-separated subset of VARIANTS (the table lists these only).')
+  parser.add_argument('--cache-dir', default='workdirs/plan',
+                      help='Where each compiled program\'s counters are kept: a killed or '
+                      'concurrent plan reuses them (delete it after changing the model).')
   parser.add_argument('--no-tpu-compiler', action='store_true',
                       help='Compile every slice for simulated CPU devices (XLA:CPU) instead of '
                       'with libtpu (launch/tpu_compiler.py).')
@@ -252,21 +277,23 @@ def main(argv=None) -> int:
                   CPU_SCHEDULER_FLAG not in os.environ.get('XLA_FLAGS', '')):
     parser.error(f'{len(cpu_devices)} devices; run as `python -m launch.plan`, which asks XLA '
                  'for 256 simulated CPU devices and its memory scheduler before jax starts.')
+  archs = [a for a in args.archs.split(',') if a]
+  if not set(archs) <= set(VARIANTS):
+    parser.error(f'--archs: valid values are {", ".join(VARIANTS)}')
   rows = []
-  for variant in VARIANTS:
+  for variant in archs:
     for slice_ in SLICES:
       rows.append(plan_row(paper_config(variant), slice_,
                            slice_devices(slice_, cpu_devices, tpu),
-                           () if args.no_precisions else tuple(PRECISIONS)))
+                           () if args.no_precisions else tuple(PRECISIONS), args.cache_dir))
       print(f"{variant} {slice_.name}: peak {_gib(rows[-1]['peak_bytes'])} GiB "
             f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
   router_rows = []
   routers = () if args.no_routers else router_lib.PAPER_ROUTERS
-  for router in routers:   # B/32 on SLICES[ROUTER_SLICE].
-    same = router == ROUTER
-    router_rows.append(rows[ROUTER_SLICE] if same else plan_row(
+  for router in routers:   # B/32 on SLICES[ROUTER_SLICE]; ROUTER's row comes from the cache.
+    router_rows.append(plan_row(
         paper_config(VARIANTS[0], router), SLICES[ROUTER_SLICE],
-        slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu)))
+        slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu), cache_dir=args.cache_dir))
   command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in (argv or sys.argv[1:]))
   atomic.write_text(args.out, to_markdown(rows, router_rows, command,
                                           paper_config(VARIANTS[0]).num_train_steps))
