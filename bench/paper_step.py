@@ -28,21 +28,22 @@ batch the recipe routes) and E = 4 experts: one device's share of E = 32 on an 8
 so that a device holds and computes what it would on an 8-GPU node (without the all-to-all);
 L/16 with E = 32 needs ~50 GB of state. Both are recorded in every row.
 
-Processes: with several archs, each arch runs in a process of its own (this module with
---archs ARCH), one after the other, and the records are merged: no comparison crosses archs, and
-one arch's compiled programs and freed memory never share a host with the next's (all three archs
-in one process once reached 24.3 GB resident on a 24 GiB host, in the L/16 rows). Each process's
-calibrated peak and times are kept in `processes`. The run time on the 2-core CPU is in the JSON
-(`processes[*].seconds`).
+Processes: each arch x dtype runs in a process of its own (this module with --archs ARCH --dtypes
+DTYPE), one after the other, and the records are merged: no comparison crosses processes, and
+one process's compiled programs and retained memory never share the host with the next's (the
+ten L/16 rows in one process were killed by the OOM killer of a 24 GiB host at 24.2 GB resident,
+all compiled, before their first step). A process's record waits in OUT.parts/ until the merge,
+so a rerun after a failure skips the processes that finished. Each process's calibrated peak and
+run time are in `processes`.
 """
 import argparse
 import json
 import math
 import os
 import statistics
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import jax
@@ -259,24 +260,31 @@ def run(args) -> dict:
           'rows': rows}
 
 
-def run_per_arch(args, argv: list[str]) -> dict:
-  """Each arch of `args` run by a process of its own, the records merged: rows in arch order, each
-  process's arch, peak FLOP/s and run time in `processes`. A process gets `argv` followed by
-  --archs ARCH --out FILE (argparse keeps an option's last value)."""
+def part_path(out: str, arch: str, dtype: str) -> str:
+  """Where the process of `arch` x `dtype` keeps its record until the merge."""
+  return os.path.join(out + '.parts', f"{arch.replace('/', '')}_{dtype}.json")
+
+
+def run_per_process(args, argv: list[str]) -> dict:
+  """Each arch x dtype of `args` run by a process of its own, in turn; the records merged: rows
+  in grid order, each process's arch, dtype, peak FLOP/s and run time in `processes`. A process
+  gets `argv` followed by --archs ARCH --dtypes DTYPE --out PART (argparse keeps an option's last
+  value); its record is kept in PART (part_path), so a rerun after a failure or a kill skips the
+  processes that finished."""
   rows, processes = [], []
-  with tempfile.TemporaryDirectory() as tmp:
-    for arch in args.archs:
-      out = os.path.join(tmp, 'arch.json')
-      start = time.perf_counter()
-      subprocess.run([sys.executable, '-m', 'bench.paper_step', *argv, '--archs', arch,
-                      '--out', out], check=True)
-      with open(out, encoding='utf-8') as f:
+  for arch in args.archs:
+    for dtype in args.dtypes:
+      part = part_path(args.out, arch, dtype)
+      if not os.path.exists(part):
+        subprocess.run([sys.executable, '-m', 'bench.paper_step', *argv, '--archs', arch,
+                        '--dtypes', dtype, '--out', part], check=True)
+      with open(part, encoding='utf-8') as f:
         record = json.load(f)
       rows += record['rows']
-      processes.append({'archs': [arch], 'peak_flops': record['peak_flops'],
-                        'seconds': round(time.perf_counter() - start, 1)})
-  return {**record, 'method': record['method'] + '; one process per arch, run in turn',
-          'peak_flops': processes[0]['peak_flops'], 'processes': processes, 'rows': rows}
+      processes += record['processes']
+  return {**record, 'method': record['method'] + '; one process per arch and dtype, run in turn',
+          'peak_flops': {d: p['peak_flops'][d] for p in processes for d in p['dtypes']},
+          'processes': processes, 'rows': rows}
 
 
 def parse_args(argv=None):
@@ -311,14 +319,16 @@ def parse_args(argv=None):
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   args = parse_args(argv)
-  if len(args.archs) > 1:
-    record = run_per_arch(args, argv)
+  if len(args.archs) > 1 or len(args.dtypes) > 1:
+    record = run_per_process(args, argv)
   else:
     start = time.perf_counter()
     record = run(args)
-    record['processes'] = [{'archs': args.archs, 'peak_flops': record['peak_flops'],
+    record['processes'] = [{'archs': args.archs, 'dtypes': args.dtypes,
+                            'peak_flops': record['peak_flops'],
                             'seconds': round(time.perf_counter() - start, 1)}]
   atomic.write_json(args.out, record)
+  shutil.rmtree(args.out + '.parts', ignore_errors=True)   # Merged: the parts are in `record`.
   print(f'wrote {args.out}')
 
 

@@ -75,29 +75,42 @@ def test_update_share_of_the_extra_step_hand_worked():
   assert paper_step.add_ratios([dense, sparse])[1]['update_share_of_extra'] == 0.3
 
 
-def test_several_archs_run_in_a_process_each_and_merge(tmp_path, monkeypatch):
+def test_each_arch_and_dtype_runs_in_a_process_and_a_rerun_resumes(tmp_path, monkeypatch):
   calls = []
 
   def fake_run(command, check):
     assert check and command[:3] == [paper_step.sys.executable, '-m', 'bench.paper_step']
     calls.append(command[3:])
-    arch, out = command[command.index('--archs', 5) + 1], command[-1]
+    last = lambda flag: command[len(command) - 1 - command[::-1].index(flag) + 1]
+    if last('--archs') == 'L/16' and last('--dtypes') == 'bfloat16' and len(calls) < 5:
+      raise paper_step.subprocess.CalledProcessError(-9, command)     # Killed, the first time.
+    peak = {last('--dtypes'): {'flops_per_second': len(calls)}}
     record = {'machine': 'm', 'method': 'interleaved', 'targets': paper_step.TARGETS,
-              'peak_flops': {'float32': {'flops_per_second': len(calls)}},
-              'rows': [{'arch': arch, 'router': r} for r in ('dense', 'soft_moe')]}
-    paper_step.atomic.write_json(out, record)
+              'peak_flops': peak,
+              'rows': [{'arch': last('--archs'), 'dtype': last('--dtypes'), 'router': r}
+                       for r in ('dense', 'soft_moe')],
+              'processes': [{'archs': [last('--archs')], 'dtypes': [last('--dtypes')],
+                             'peak_flops': peak}]}
+    paper_step.atomic.write_json(last('--out'), record)
   monkeypatch.setattr(paper_step.subprocess, 'run', fake_run)
   out = tmp_path / 'o.json'
-  paper_step.main(['--archs', 'B/32,L/16', '--rounds', '2', '--out', str(out)])
-  # The user's flags, then one arch and a file of its own (argparse keeps the last value).
-  assert [c[:4] for c in calls] == [['--archs', 'B/32,L/16', '--rounds', '2']] * 2
-  assert [c[c.index('--archs', 1) + 1] for c in calls] == ['B/32', 'L/16']
+  argv = ['--archs', 'B/32,L/16', '--rounds', '2', '--out', str(out)]
+  with pytest.raises(paper_step.subprocess.CalledProcessError):
+    paper_step.main(argv)
+  assert len(calls) == 4 and not out.exists()
+  paper_step.main(argv)               # Resumes: only the killed process runs again.
+  assert len(calls) == 5 and calls[-1][-5:-2] == ['L/16', '--dtypes', 'bfloat16']
+  # The user's flags come first, then the process's arch, dtype and part file.
+  assert all(c[:4] == ['--archs', 'B/32,L/16', '--rounds', '2'] for c in calls)
   record = json.loads(out.read_text())
-  assert [(r['arch'], r['router']) for r in record['rows']] == [
-      ('B/32', 'dense'), ('B/32', 'soft_moe'), ('L/16', 'dense'), ('L/16', 'soft_moe')]
-  assert [p['archs'] for p in record['processes']] == [['B/32'], ['L/16']]
-  assert [p['peak_flops']['float32']['flops_per_second'] for p in record['processes']] == [1, 2]
-  assert record['method'] == 'interleaved; one process per arch, run in turn'
+  assert [(r['arch'], r['dtype']) for r in record['rows'][::2]] == [
+      ('B/32', 'float32'), ('B/32', 'bfloat16'), ('L/16', 'float32'), ('L/16', 'bfloat16')]
+  assert [p['archs'] + p['dtypes'] for p in record['processes']] == [
+      ['B/32', 'float32'], ['B/32', 'bfloat16'], ['L/16', 'float32'], ['L/16', 'bfloat16']]
+  assert record['peak_flops'] == {'float32': {'flops_per_second': 3},
+                                  'bfloat16': {'flops_per_second': 5}}
+  assert record['method'] == 'interleaved; one process per arch and dtype, run in turn'
+  assert not (tmp_path / 'o.json.parts').exists()
 
 
 def test_peak_table_and_calibration():
