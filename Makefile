@@ -8,7 +8,7 @@
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
 #                  runs are skipped, so a killed sweep resumes
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
-#                  XLA:TPU from libtpu without a TPU (PLAN_MINUTES)
+#                  XLA:TPU from libtpu without a TPU (86 CPU-min; resumable, cached in workdirs/plan)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3

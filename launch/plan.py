@@ -24,8 +24,12 @@ for TPU v5p chips (95 GiB of HBM each) as a stand-in for XLA:GPU, which cannot c
 GPU: both are accelerator compilers with native bfloat16 that schedule for memory and
 rematerialise to fit, which XLA:CPU does not. Without libtpu (--no-tpu-compiler), every row is
 XLA:CPU's on simulated CPU devices, with its memory-aware scheduler (CPU_SCHEDULER_FLAG). Its
-numbers are upper bounds: it computes bfloat16 matmuls in float32 (both copies stay live) and it
-never rematerialises on its own.
+numbers are upper bounds: it converts bfloat16 matmul operands to float32 (both copies live), and
+it never rematerialises on its own.
+
+Each compiled program's counters are kept in --cache-dir, so a killed plan resumes where it
+stopped, `--archs` splits the work over processes that share the cache (a last run over all
+archs then only reads it), and the 8x H100 rows reuse the 8x A100 stand-in's programs.
 
 The ideal step time divides the device's FLOPs by its peak: float32 matmuls run as bfloat16
 passes on TPU and as TF32 on A100 by default (jax-ml/jax#18934), so the peaks are those; real runs
