@@ -9,6 +9,7 @@ fit the chip. Nothing executes. launch/plan.py reads the memory_analysis() of su
 COMPILER_DIR, off Python's path, and this module points jax at its shared library alone, so that
 no other process of the project ever tries to start a TPU backend.
 """
+import functools
 import os
 import pathlib
 
@@ -28,8 +29,10 @@ def available() -> bool:
   return LIBRARY.is_file()
 
 
+@functools.cache
 def devices(topology: str) -> list:
-  """The devices of TPU slice `topology` ('v3:4x4', 'v5p:2x2x2'): compile for them, never run."""
+  """The devices of TPU slice `topology` ('v3:4x4', 'v5p:2x2x2'): compile for them, never run.
+  Described once per process: every row and precision of a slice compiles for the same ones."""
   if not available():
     raise NotInstalled(f'No TPU compiler at {LIBRARY}: run `make install` (it installs '
                        'requirements-tpu-compiler.txt there), or use --no-tpu-compiler.')

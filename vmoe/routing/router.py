@@ -284,9 +284,10 @@ class Router(nn.Module):
     if train and self.config.noise_std > 0:
       std = self.config.noise_std / self.num_experts
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
+    # The clean logits go along only when noise was drawn: otherwise they are the routed ones.
+    routed = (noisy_logits,) if noisy_logits is logits else (noisy_logits, logits)
     slot_token, slot_weight, report = jax.vmap(
-        lambda noisy, clean: route_group(noisy, self.config, capacity, clean))(
-            noisy_logits, logits)
+        lambda noisy, clean=None: route_group(noisy, self.config, capacity, clean))(*routed)
     metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
     if report is not None:
       metrics.update(solver_row_error=jnp.mean(report.row_error),
