@@ -24,8 +24,14 @@ MLP), so the ratios include each router's step over the dense MLP scaled by that
 experts alone (`vs_own_experts`). The grid's rows of one shape and
 capacity are timed in interleaved rounds (measure_interleaved), so host noise does not skew the
 ratios between them. --routers narrows the grid (the baselines always run).
+
+--expert-shards N times one device of a mesh of N expert devices (mesh.expert = N; the paper
+configs' default on 32 devices is N = 32, V-MoE's num_expert_partitions = E): the device routes its
+own groups over all E experts, then runs its E / N experts on the slots of N devices' groups
+(ExpertShard). `make bench` writes that layout at N = 32 to bench/results/moe_layer_sharded.json.
 """
 import argparse
+import functools
 import json
 import os
 import platform
@@ -49,9 +55,46 @@ TOKENS_PER_IMAGE = {'B/32': 7 * 7 + 1, 'B/16': 14 * 14 + 1}     # 50 and 197.
 GROUP_SIZES = tuple(IMAGES_PER_GROUP * n for n in TOKENS_PER_IMAGE.values())   # 400 and 1576.
 
 
-class RoundRobin(moe.Experts):
-  """Token t goes to expert t mod E, slot t div E (tokens past E*C are dropped); weight 1."""
+class ExpertShard(nn.Module):
+  """One device's experts on a mesh of `shards` expert devices, emulated on this one device.
 
+  On that mesh the device holds E / shards experts, and the all-to-all hands it their slots of
+  every device's groups: buffers (E / shards, shards * G, C, D). Here the device's own buffers
+  (E, G, C, D) are re-laid into that shape by a local transpose of the same bytes, so routing,
+  dispatch, the experts' matmuls and combine run at the mesh's per-device shapes; the
+  communication itself (the all-to-all over the interconnect) is not timed.
+  """
+  num_experts: int
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  expert_init: str = 'shared'
+  dtype: jnp.dtype = jnp.float32
+  shards: int = 1
+
+  @nn.compact
+  def __call__(self, buffers, *, train):
+    num_experts, num_groups, capacity, dim = buffers.shape
+    local = num_experts // self.shards
+    relayout = lambda a, n, m: jnp.swapaxes(a.reshape(n, m, num_groups, capacity, dim), 0, 1)
+    received = relayout(buffers, self.shards, local).reshape(local, -1, capacity, dim)
+    outputs = moe.Experts(local, self.mlp_dim, self.dropout_rate, self.expert_init, self.dtype,
+                          name='experts')(received, train=train)
+    return relayout(outputs, local, self.shards).reshape(buffers.shape)
+
+
+def experts_class(shards: int):
+  """The experts of one device: all E (shards = 1, the layout of mesh.expert = 1) or its
+  E / shards of an expert-sharded mesh (ExpertShard)."""
+  return moe.Experts if shards == 1 else functools.partial(ExpertShard, shards=shards)
+
+
+class RoundRobin(nn.Module):
+  """Token t goes to expert t mod E, slot t div E (tokens past E*C are dropped); weight 1."""
+  num_experts: int
+  mlp_dim: int
+  experts_class: type = moe.Experts
+
+  @nn.compact
   def __call__(self, x, *, train):
     num_groups, num_tokens, _ = x.shape
     capacity = allocation.compute_capacity(num_tokens, self.num_experts, 1)
@@ -60,7 +103,8 @@ class RoundRobin(moe.Experts):
     slot_token = jnp.where(slot_token < num_tokens, slot_token, num_tokens)
     slot_token = jnp.broadcast_to(slot_token, (num_groups,) + slot_token.shape)
     weight = jnp.ones(slot_token.shape, jnp.float32)
-    outputs = super().__call__(moe.dispatch_by_index(x, slot_token), train=train)
+    experts = self.experts_class(self.num_experts, self.mlp_dim, name='experts')
+    outputs = experts(moe.dispatch_by_index(x, slot_token), train=train)
     return moe.combine_by_index(outputs, slot_token, weight, num_tokens)
 
 
@@ -71,18 +115,23 @@ class DenseMlp(moe.Experts):
     return super().__call__(x[None], train=train)[0]
 
 
-class SoftMoeExperts(moe.Experts):
+class SoftMoeExperts(nn.Module):
   """The experts of Soft MoE alone: buffers (E, images, C, D) copied from each image's tokens
   (slot k takes token k mod T), with no routing, dispatch or combine."""
+  num_experts: int
+  mlp_dim: int
   slots_per_expert: int = 1
+  experts_class: type = moe.Experts
 
+  @nn.compact
   def __call__(self, x, *, train):
     num_groups, num_tokens, dim = x.shape
     images = x.reshape(num_groups * IMAGES_PER_GROUP, num_tokens // IMAGES_PER_GROUP, dim)
     slots = jnp.arange(self.num_experts * self.slots_per_expert) % images.shape[1]
     buffers = images[:, slots].reshape(images.shape[0], self.num_experts, self.slots_per_expert,
                                        dim)
-    return super().__call__(jnp.transpose(buffers, (1, 0, 2, 3)), train=train)
+    experts = self.experts_class(self.num_experts, self.mlp_dim, name='experts')
+    return experts(jnp.transpose(buffers, (1, 0, 2, 3)), train=train)
 
 
 def router_config(name: str, capacity: float, experts: int) -> router_lib.RouterConfig:
@@ -112,19 +161,20 @@ def build(args):
   """Returns (apply(params, x) -> y, params, x) for one benchmark row."""
   x = jax.random.normal(jax.random.PRNGKey(0), (args.groups, args.group_size, args.dim))
   mlp_dim = args.mlp_dim or 4 * args.dim
+  experts = experts_class(args.expert_shards)
   if args.router == 'round_robin':
-    module = RoundRobin(args.experts, mlp_dim)
+    module = RoundRobin(args.experts, mlp_dim, experts)
   elif args.router == 'dense_mlp':
     module = DenseMlp(1, mlp_dim)
   elif args.router == 'soft_moe_experts':
     slots = expert_tokens(args) // (args.groups * IMAGES_PER_GROUP * args.experts)
-    module = SoftMoeExperts(args.experts, mlp_dim, slots_per_expert=slots)
+    module = SoftMoeExperts(args.experts, mlp_dim, slots_per_expert=slots, experts_class=experts)
   else:
     config = router_config(args.router, args.capacity, args.experts)
     # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 50 or 8 x 197 tokens), which
     # the sparse routers route together and Soft MoE routes image by image (T = 50 or 197).
     module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
-                        dispatch=args.dispatch)
+                        dispatch=args.dispatch, experts_class=experts)
     module = ImageGroups(module)
   params = module.init(jax.random.PRNGKey(1), x, train=False)
   rngs = {'gating': jax.random.PRNGKey(2)}
@@ -177,7 +227,8 @@ def row_fields(args) -> dict:
   return {'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
           'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
           'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts,
-          'capacity': args.capacity, 'expert_tokens': expert_tokens(args)}
+          'capacity': args.capacity, 'expert_shards': args.expert_shards,
+          'expert_tokens': expert_tokens(args)}
 
 
 def measure(args) -> dict:
@@ -217,7 +268,7 @@ def ratios(rows: list) -> list:
   step over the dense MLP, over it scaled by the router's expert_tokens / the dense MLP's (the
   FLOPs ratio), over round robin, einsum over index dispatch, and Soft MoE over its own experts."""
   out = []
-  key = lambda r: (r['group_size'], r['capacity'])
+  key = lambda r: (r['group_size'], r['capacity'], r.get('expert_shards', 1))
   for shape in sorted({key(r) for r in rows}):
     at = {(r['router'], r['dispatch']): r for r in rows if key(r) == shape}
     ms = lambda name, dispatch='indices': at[(name, dispatch)]['forward_backward_ms']
@@ -226,7 +277,8 @@ def ratios(rows: list) -> list:
       if name in BASELINES or dispatch != 'indices':
         continue
       flops_ratio = row['expert_tokens'] / dense['expert_tokens']
-      found = {'group_size': shape[0], 'capacity': shape[1], 'router': name,
+      found = {'group_size': shape[0], 'capacity': shape[1], 'expert_shards': shape[2],
+               'router': name,
                'vs_dense_mlp': round(ms(name) / ms('dense_mlp'), 3),
                'flops_ratio': round(flops_ratio, 3),
                'vs_flops_scaled_dense': round(ms(name) / (ms('dense_mlp') * flops_ratio), 3),
@@ -265,7 +317,12 @@ def run_all(args):
       'machine': machine(),
       'method': f'jitted; per shape and capacity, all rows compiled and warmed up ({args.warmup} '
                 f'calls), then {args.repeats} round-robin rounds of one call per row; median over '
-                f'rounds; {args.groups} groups per call',
+                f'rounds; {args.groups} groups per call; ' + (
+                    'every expert on the device' if args.expert_shards == 1 else
+                    f'one device of {args.expert_shards} expert devices (ExpertShard: '
+                    f'{args.experts // args.expert_shards} experts on {args.expert_shards} x '
+                    f'{args.groups} groups, the all-to-all emulated by a local transpose and not '
+                    'timed)'),
       'rows': rows, 'ratios': ratios(rows)})
 
 
@@ -280,6 +337,9 @@ def main(argv=None):
   parser.add_argument('--mlp-dim', type=int, default=0, help='default 4 * dim')
   parser.add_argument('--experts', type=int, default=32)
   parser.add_argument('--capacity', type=float, default=1)
+  parser.add_argument('--expert-shards', type=int, default=1,
+                      help='time one device of a mesh of this many expert devices (ExpertShard: '
+                           'E / N experts on N times the groups); 1: every expert on the device')
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--repeats', type=int, default=5)
   parser.add_argument('--json', action='store_true', help='print only the JSON line')
@@ -292,6 +352,9 @@ def main(argv=None):
                       help='routers of the --all grid (default: the six paper routers)')
   parser.add_argument('--out', default='bench/results/moe_layer.json')
   args = parser.parse_args(argv)
+  if args.expert_shards < 1 or args.experts % args.expert_shards:
+    parser.error(f'--expert-shards {args.expert_shards} must be >= 1 and divide --experts '
+                 f'{args.experts}.')
   for name in [args.router] + args.routers:
     if name not in BASELINES:
       router_lib.get_router_spec(name)

@@ -1,9 +1,13 @@
 """The layer benchmark runs at tiny shapes and computes its target ratios correctly (no timing)."""
 import json
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bench import moe_layer
+from vmoe import moe
 from vmoe.routing import router as router_lib
 
 
@@ -46,7 +50,7 @@ def test_grid_times_its_rows_interleaved(tmp_path, capsys):
   # E = 4 experts of C = round(16 / 4) = 4 slots in each of the 2 groups: 32 of 32 tokens.
   assert [r['expert_tokens'] for r in result['rows']] == [32, 32, 32, 32]
   assert result['ratios'] == [{
-      'group_size': 16, 'capacity': 1.0, 'router': 'softmax_ec',
+      'group_size': 16, 'capacity': 1.0, 'expert_shards': 1, 'router': 'softmax_ec',
       'vs_dense_mlp': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
       'flops_ratio': 1.0,
       'vs_flops_scaled_dense': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
@@ -62,10 +66,12 @@ def test_ratios_hand_worked():
           row('softmax_ec', 150.0, 6144), row('softmax_ec', 300.0, 6144, 'einsum'),
           row('soft_moe', 192.0, 8192), row('soft_moe_experts', 160.0, 8192)]
   assert moe_layer.ratios(rows) == [
-      {'group_size': 400, 'capacity': 1, 'router': 'soft_moe', 'vs_dense_mlp': 1.92,
+      {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'soft_moe',
+       'vs_dense_mlp': 1.92,
        'flops_ratio': 1.28, 'vs_flops_scaled_dense': 1.5, 'vs_round_robin': 1.536,
        'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25},
-      {'group_size': 400, 'capacity': 1, 'router': 'softmax_ec', 'vs_dense_mlp': 1.5,
+      {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'softmax_ec',
+       'vs_dense_mlp': 1.5,
        'flops_ratio': 0.96, 'vs_flops_scaled_dense': 1.562, 'vs_round_robin': 1.2,
        'einsum_over_indices': 2.0}]
 
@@ -97,3 +103,40 @@ def test_soft_moe_experts_floor_runs_at_a_tiny_shape(capsys):
 def test_unknown_router_fails_listing_valid_ones(flags):
   with pytest.raises(ValueError, match='unknown router .*valid routers'):
     moe_layer.main(flags)
+
+
+def test_expert_shard_runs_each_slot_through_its_devices_local_expert():
+  # E = 4 experts on 2 expert devices: the device holds 2 experts, and global expert e's slots
+  # (from the other device's groups in the real mesh) go to its local expert e mod 2.
+  buffers = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 2, 8))     # (E, G, C, D)
+  shard = moe_layer.ExpertShard(4, 16, expert_init='independent', shards=2)
+  params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
+  local = params['params']['experts']
+  assert local['wi'].shape == (2, 8, 16)
+  one_expert = moe.Experts(1, 16)
+  expected = jnp.stack([
+      one_expert.apply({'params': jax.tree.map(lambda p: p[e % 2][None], local)},
+                       buffers[e][None], train=False)[0] for e in range(4)])
+  got = shard.apply(params, buffers, train=False)
+  # Same float32 products per slot; only the order of the sums may differ. An output sums D = 8
+  # products into each of H = 16 hidden units, then 16 products: two orders differ by at most
+  # (8 + 16) ulps of the largest partial sum, below 8 here (checked).
+  scale = 8.0
+  assert float(jnp.max(jnp.abs(expected))) < scale
+  np.testing.assert_allclose(got, expected, rtol=0, atol=24 * scale * np.finfo(np.float32).eps)
+
+
+def test_expert_shard_runs_local_experts_on_every_devices_groups():
+  # One expert a device on 4 devices: one (4 x G x C, D) matmul, the shape the all-to-all gives.
+  buffers = jnp.zeros((4, 3, 2, 8))
+  shard = moe_layer.ExpertShard(4, 16, shards=4)
+  params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
+  jaxpr = jax.make_jaxpr(lambda p, b: shard.apply(p, b, train=False))(params, buffers)
+  dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'dot_general']
+  assert [tuple(d.invars[0].aval.shape) for d in dots] == [(1, 24, 8), (1, 24, 16)]
+
+
+def test_expert_shards_must_divide_the_experts(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    moe_layer.main(['--experts', '4', '--expert-shards', '3'])
+  assert exit_info.value.code == 2 and 'divide --experts 4' in capsys.readouterr().err
