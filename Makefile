@@ -58,6 +58,8 @@ test: install
 
 bench: install
 	$(PY) -m bench.moe_layer --all --groups 16 --out bench/results/moe_layer.json
+	$(PY) -m bench.moe_layer --all --groups 16 --expert-shards 32 \
+	  --out bench/results/moe_layer_sharded.json
 	$(PY) -m bench.train_step --out bench/results/train_step.json
 	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
