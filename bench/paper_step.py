@@ -33,10 +33,12 @@ DTYPE), one after the other, and the records are merged: no comparison crosses p
 one process's compiled programs and retained memory never share the host with the next's (the
 ten L/16 rows in one process were killed by the OOM killer of a 24 GiB host at 24.2 GB resident,
 all compiled, before their first step). A process's record waits in OUT.parts/ until the merge,
-so a rerun after a failure skips the processes that finished. Each process's calibrated peak and
+so a rerun after a failure skips the processes that finished (a rerun with the same flags: the part's
+name holds a hash of them). Each process's calibrated peak and
 run time are in `processes`.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -260,9 +262,12 @@ def run(args) -> dict:
           'rows': rows}
 
 
-def part_path(out: str, arch: str, dtype: str) -> str:
-  """Where the process of `arch` x `dtype` keeps its record until the merge."""
-  return os.path.join(out + '.parts', f"{arch.replace('/', '')}_{dtype}.json")
+def part_path(out: str, arch: str, dtype: str, argv: list[str]) -> str:
+  """Where the process of `arch` x `dtype` run with the user's `argv` keeps its record until the
+  merge; a hash of argv in the name, so that a rerun with other flags never takes a part a failed
+  run with these left behind (nor overwrites it)."""
+  flags = hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:12]
+  return os.path.join(out + '.parts', f"{arch.replace('/', '')}_{dtype}_{flags}.json")
 
 
 def run_per_process(args, argv: list[str]) -> dict:
@@ -274,7 +279,7 @@ def run_per_process(args, argv: list[str]) -> dict:
   rows, processes = [], []
   for arch in args.archs:
     for dtype in args.dtypes:
-      part = part_path(args.out, arch, dtype)
+      part = part_path(args.out, arch, dtype, argv)
       if not os.path.exists(part):
         subprocess.run([sys.executable, '-m', 'bench.paper_step', *argv, '--archs', arch,
                         '--dtypes', dtype, '--out', part], check=True)

@@ -75,13 +75,18 @@ def test_update_share_of_the_extra_step_hand_worked():
   assert paper_step.add_ratios([dense, sparse])[1]['update_share_of_extra'] == 0.3
 
 
+def last_value(command: list, flag: str) -> str:
+  """The value of `flag`'s last occurrence in `command` (the one argparse keeps)."""
+  return command[len(command) - command[::-1].index(flag)]
+
+
 def test_each_arch_and_dtype_runs_in_a_process_and_a_rerun_resumes(tmp_path, monkeypatch):
   calls = []
 
   def fake_run(command, check):
     assert check and command[:3] == [paper_step.sys.executable, '-m', 'bench.paper_step']
     calls.append(command[3:])
-    last = lambda flag: command[len(command) - 1 - command[::-1].index(flag) + 1]
+    last = lambda flag: last_value(command, flag)
     if last('--archs') == 'L/16' and last('--dtypes') == 'bfloat16' and len(calls) < 5:
       raise paper_step.subprocess.CalledProcessError(-9, command)     # Killed, the first time.
     peak = {last('--dtypes'): {'flops_per_second': len(calls)}}
@@ -111,6 +116,32 @@ def test_each_arch_and_dtype_runs_in_a_process_and_a_rerun_resumes(tmp_path, mon
                                   'bfloat16': {'flops_per_second': 5}}
   assert record['method'] == 'interleaved; one process per arch and dtype, run in turn'
   assert not (tmp_path / 'o.json.parts').exists()
+
+
+def test_a_rerun_with_other_flags_does_not_take_a_failed_runs_parts(tmp_path, monkeypatch):
+  calls = []
+
+  def fake_run(command, check):
+    calls.append(command[3:])
+    last = lambda flag: last_value(command, flag)
+    if '--per-device-batch' in command and last('--dtypes') == 'bfloat16':
+      raise paper_step.subprocess.CalledProcessError(-9, command)     # Killed at its 2nd process.
+    peak = {last('--dtypes'): {'flops_per_second': 1}}
+    paper_step.atomic.write_json(last('--out'), {
+        'method': 'm', 'peak_flops': peak, 'rows': [{'batch_flags': command[3:-6]}],
+        'processes': [{'archs': [last('--archs')], 'dtypes': [last('--dtypes')],
+                       'peak_flops': peak}]})
+  monkeypatch.setattr(paper_step.subprocess, 'run', fake_run)
+  out = tmp_path / 'o.json'
+  failed = ['--archs', 'B/32', '--per-device-batch', '16', '--out', str(out)]
+  with pytest.raises(paper_step.subprocess.CalledProcessError):
+    paper_step.main(failed)
+  left = sorted(p.name for p in (tmp_path / 'o.json.parts').iterdir())
+  assert len(calls) == 2 and len(left) == 1 and left[0].startswith('B32_float32_')
+  paper_step.main(['--archs', 'B/32', '--out', str(out)])     # Other flags: both processes run.
+  assert len(calls) == 4
+  rows = json.loads(out.read_text())['rows']
+  assert [r['batch_flags'] for r in rows] == [['--archs', 'B/32', '--out', str(out)]] * 2
 
 
 def test_peak_table_and_calibration():
