@@ -121,12 +121,12 @@ def on_cpu() -> bool:
 
 def paper_experiment(arch: str, router: str, dtype: str, per_device_batch: int,
                      num_experts: int, remat: bool):
-  """The paper config of arch x router at c = 1, at `per_device_batch` images on every device."""
+  """The paper config of arch x router at c = 1, at `per_device_batch` images on every device, on
+  the configs' mesh (mesh.expert = -1: gcd(devices, E), the reference's)."""
   config = common.get_paper_config(arch, router, 'c=1')
   num_devices = jax.device_count()
   common.override(config, {
-      'batch_size': per_device_batch * num_devices, 'model.dtype': dtype, 'model.remat': remat,
-      'mesh.expert': math.gcd(num_devices, num_experts), 'mesh.data': -1})
+      'batch_size': per_device_batch * num_devices, 'model.dtype': dtype, 'model.remat': remat})
   if router != DENSE:
     config.moe.num_experts = num_experts
   return experiment_parser.parse(config)

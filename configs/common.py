@@ -275,7 +275,10 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=1_000,
                                                                         keep=2))
   config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers'))
-  config.mesh = experiment.section(sharding.MeshConfig())     # Every device on 'data'.
+  # V-MoE: num_expert_partitions = num_experts, capped at the devices (get_auto_logical_mesh):
+  # mesh.expert = -1 is gcd(devices, E) devices along 'expert' (sharding.MeshConfig); 1 x 1 on one
+  # device. --config.mesh.expert=1 is data-parallel only.
+  config.mesh = experiment.section(sharding.MeshConfig(expert=sharding.AUTO))
   if arg.runlocal:
     # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
     # on embedded images in place of ImageNet.

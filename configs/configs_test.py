@@ -287,6 +287,21 @@ def test_dense_model_skips_router_checks():
   assert parsed.moe.router is None and parsed.router_name == 'dense'
 
 
+@pytest.mark.parametrize('overrides,mesh', [
+    ({}, (1, 8)),                               # mesh.expert = -1: gcd(8 devices, 32 experts).
+    ({'mesh.expert': 1}, (8, 1)),               # Data-parallel only.
+    ({'moe.num_experts': 0, 'moe.router.name': 'dense'}, (8, 1)),   # No experts to split.
+])
+def test_parse_resolves_the_paper_configs_mesh_for_the_devices(overrides, mesh):
+  # Every consumer of experiment.mesh (setup.build's mesh, the console header, the record in
+  # WORKDIR/config.json) sees the numbers, not -1.
+  parsed = experiment.parse(common.override(load('b32_sinkhorn_ec'), overrides), num_devices=8)
+  assert (parsed.mesh.data, parsed.mesh.expert) == mesh
+  assert parsed.to_dict()['mesh'] == dict(zip(('data', 'expert'), mesh))
+  with pytest.raises(ValueError, match='mesh.expert=3 must be >= 1 and divide the 8 devices'):
+    experiment.parse(common.override(load('b32_sinkhorn_ec'), {'mesh.expert': 3}), num_devices=8)
+
+
 @pytest.mark.parametrize('name', ['b32_sinkhorn_ec', 'tiny'])
 def test_the_resolved_config_parses_back_to_the_same_record(name):
   # The trainer records Experiment.to_dict() in WORKDIR/config.json; tools parse it back.

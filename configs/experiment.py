@@ -3,10 +3,11 @@
 `parse(config)` builds a vmoe.experiment.Experiment (its `from_dict`): every section through its
 owner's frozen dataclass, which checks its own values (vit.ModelConfig, moe.MoeConfig holding a
 router.RouterConfig, data.config.DataConfig, ...), then `check` runs the checks that span
-sections, and the batch sizes are fitted to the devices (configs/batches.py). Errors are
-base/errors.py UserErrors naming the key to change: the sections' own checks raise ValueError (they
-also guard programmatic use), and `parse`, where a user's config comes in, turns those into
-UserErrors. main.py calls `parse` before anything compiles.
+sections, the mesh's automatic sizes become numbers (vmoe/sharding.py `resolve`), and the batch
+sizes are fitted to the devices (configs/batches.py). Errors are base/errors.py UserErrors
+naming the key to change: the sections' own checks raise ValueError (they also guard programmatic
+use), and `parse`, where a user's config comes in, turns those into UserErrors. main.py calls
+`parse` before anything compiles.
 
 `section(instance)` goes the other way: the configs build their blocks from the section
 dataclasses (configs/common.py), so every default lives in one place, the dataclass.
@@ -49,7 +50,8 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
           fixed: Collection[str] | None = None) -> experiment_lib.Experiment:
   """The experiment record of `config` (a config, or a recorded one: the dict of a run's
   config.json), checked (see `check`) and with its batch sizes fitted to `num_devices` (default:
-  all of jax.devices()); fails with a UserError naming the key to change.
+  all of jax.devices()) and its mesh's automatic sizes resolved (vmoe/sharding.py `resolve`);
+  fails with a UserError naming the key to change.
 
   fixed: the dotted keys the user set on the command line (main.py): batch sizes among them are
   never changed, only refused (configs/batches.py `fit`). None: every key is fixed.
@@ -58,6 +60,10 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   tree = config.to_dict() if isinstance(config, mlc.ConfigDict) else dict(config)
   experiment = experiment_lib.from_dict(tree)
   check(experiment, num_devices)
+  # The mesh's automatic sizes (-1) become this run's numbers: the mesh it builds, its console
+  # header and its record (WORKDIR/config.json) all show the devices along each axis.
+  experiment = dataclasses.replace(experiment, mesh=sharding.resolve(
+      experiment.mesh, num_devices, experiment.moe.num_experts))
   return batches.fit(experiment, num_devices, fixed)
 
 
@@ -66,8 +72,8 @@ def check(experiment: experiment_lib.Experiment, num_devices: int | None = None)
   UserError saying which value to change.
 
   The model's classes are the data's; MoE layers fit the model (placement, capacity of the
-  routing groups' tokens); the mesh fits `num_devices` (default: all of jax.devices()) and its
-  expert axis splits the experts.
+  routing groups' tokens); the mesh, its automatic sizes resolved, fits `num_devices` (default:
+  all of jax.devices()) and its expert axis splits the experts.
   """
   num_devices = jax.device_count() if num_devices is None else num_devices
   model, moe = experiment.model, experiment.moe
@@ -79,10 +85,10 @@ def check(experiment: experiment_lib.Experiment, num_devices: int | None = None)
     vit.build_model(model, moe)     # Fails when moe.every places no MoE layer in the model.
     if moe.num_experts > 0:
       moe.router.capacity(moe.images_per_group * model.tokens_per_image, moe.num_experts)
-    sharding.mesh_shape(experiment.mesh, num_devices)
+    mesh = sharding.resolve(experiment.mesh, num_devices, moe.num_experts)
   except ValueError as e:
     raise errors.UserError(str(e)) from None
-  if moe.num_experts % experiment.mesh.expert:
+  if moe.num_experts % mesh.expert:
     raise errors.UserError(f'moe.num_experts={moe.num_experts} experts do not split over '
-                           f'mesh.expert={experiment.mesh.expert} devices; set '
+                           f'mesh.expert={mesh.expert} devices; set '
                            f'--config.mesh.expert to a divisor of {moe.num_experts}.')

@@ -53,7 +53,9 @@ SHARED_RECIPE = {
     # checkpoint leaves one to resume from (vmoe/checkpointing.py restore_latest).
     'checkpoint.every_steps': 1000, 'checkpoint.keep': 2, 'checkpoint.asynchronous': True,
     'wandb.mode': 'offline', 'wandb.project': 'vmoe-routers',   # Project-only.
-    'mesh.data': -1, 'mesh.expert': 1,         # Data-parallel; --config.mesh.expert shards.
+    # num_expert_partitions = num_experts, capped at the devices: gcd(devices, 32) along 'expert'
+    # (vmoe/sharding.py resolve); --config.mesh.expert=1 is data-parallel only.
+    'mesh.data': -1, 'mesh.expert': -1,
 }
 # V-MoE's ImageNet-21k learning rates: 8e-4 for B, 4e-4 for L.
 PEAK_LR = {'b32': 8e-4, 'b16': 8e-4, 'l16': 4e-4}

@@ -5,9 +5,9 @@
 
 For B/32, B/16 and L/16 with E = 32 experts (softmax_ec, c = 1) at the paper's batch of 4096, on
 each slice of SLICES, this compiles the real sharded train step (the trainer's: mixup, loss,
-gradients, Adam update; state donated) on a mesh data x expert with expert = gcd(devices, E)
-(every expert on one device when there are at least E devices), and reads the compiler's own
-counters of the per-device program:
+gradients, Adam update; state donated) on the configs' mesh data x expert (mesh.expert = -1:
+expert = gcd(devices, E), vmoe/sharding.py `resolve`; every expert on one device when there are
+at least E devices), and reads the compiler's own counters of the per-device program:
   arguments  memory_analysis().argument_size_in_bytes: the device's share of the train state
              (parameters and Adam's two moments, expert weights split over 'expert') and batch;
   temporary  memory_analysis().temp_size_in_bytes: activations kept for the backward pass,
@@ -38,7 +38,6 @@ reach a fraction of it (MoE routing, all-to-all and the input pipeline are not i
 import argparse
 import dataclasses
 import json
-import math
 import os
 import re
 import shlex
@@ -112,12 +111,6 @@ def paper_config(variant: str, router: str = ROUTER):
   return common.get_paper_config(variant, router, 'c=1')
 
 
-def mesh_shape(num_devices: int, num_experts: int) -> tuple[int, int]:
-  """(data, expert): the expert axis as long as both the device and the expert count allow."""
-  expert = math.gcd(num_devices, num_experts)
-  return num_devices // expert, expert
-
-
 def device_bytes(tree, shardings) -> int:
   """Bytes one device holds of an abstract tree laid out with `shardings`."""
   return int(sum(np.prod(s.shard_shape(a.shape)) * a.dtype.itemsize
@@ -127,10 +120,9 @@ def device_bytes(tree, shardings) -> int:
 def measure(config, devices) -> dict:
   """Compiles `config`'s train step at config.batch_size over `devices` (CPU devices, or TPU
   devices of a topology); the per-device counters."""
-  experiment = experiment_parser.parse(config, num_devices=len(devices))
-  data, expert = mesh_shape(len(devices), experiment.moe.num_experts)
-  setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(data, expert),
-                                                         devices))
+  experiment = experiment_parser.parse(config, num_devices=len(devices))   # Resolves the mesh.
+  data, expert = experiment.mesh.data, experiment.mesh.expert
+  setup = setup_lib.build(experiment, sharding.make_mesh(experiment.mesh, devices))
   state, state_shardings = setup.abstract_state, setup.state_shardings
   start = time.process_time()
   compiled = setup.compile(fast_compile.OPTIONS if devices[0].platform == 'cpu' else None)

@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from configs import common
+from configs import experiment as experiment_parser
 from launch import plan
 from launch import tpu_compiler
 
@@ -17,7 +18,10 @@ from launch import tpu_compiler
 @pytest.mark.parametrize('devices,mesh', [(32, (1, 32)), (128, (4, 32)), (8, (1, 8)),
                                           (64, (2, 32)), (12, (3, 4))])
 def test_the_expert_axis_takes_as_many_devices_as_experts_allow(devices, mesh):
-  assert plan.mesh_shape(devices, 32) == mesh
+  # `measure` compiles on the parsed config's mesh: the paper configs' mesh.expert = -1, resolved
+  # to gcd(devices, 32) (vmoe/sharding.py resolve). fixed=(): 12 devices fit the batch sizes.
+  parsed = experiment_parser.parse(plan.paper_config('B/32'), num_devices=devices, fixed=())
+  assert (parsed.mesh.data, parsed.mesh.expert) == mesh
 
 
 def test_a_row_counts_the_state_and_the_step():

@@ -31,6 +31,36 @@ def test_mesh_errors_name_the_flag(data, expert, message):
     sharding.make_mesh(mesh_config(data, expert), devices=devices)
 
 
+@pytest.mark.parametrize('data,expert,devices,experts,resolved', [
+    (-1, -1, 1, 32, (1, 1)),       # One device: 1 x 1, as data-parallel.
+    (-1, -1, 8, 32, (1, 8)),       # Fewer devices than experts: every device on 'expert'.
+    (-1, -1, 64, 32, (2, 32)),     # More: one expert per device, the rest on 'data'.
+    (-1, -1, 6, 32, (3, 2)),       # gcd(6, 32) = 2.
+    (-1, -1, 8, 0, (8, 1)),        # A dense model has no experts to split.
+    (2, -1, 8, 32, (2, 4)),        # mesh.data set: 'expert' takes the devices data leaves.
+    (-1, 1, 8, 32, (8, 1)),        # mesh.expert = 1: data-parallel only.
+    (2, 4, 8, 32, (2, 4)),         # Numbers stay.
+])
+def test_resolve_gives_the_automatic_sizes_numbers(data, expert, devices, experts, resolved):
+  assert sharding.resolve(mesh_config(data, expert), devices, experts) == mesh_config(*resolved)
+
+
+@pytest.mark.parametrize('data,expert,message', [
+    (3, -1, r'mesh data x expert = 3 x 2 does not match the 8 devices; set --config.mesh.data=-1'),
+    (16, -1, r'mesh data x expert = 16 x 1 does not match the 8 devices'),
+    (-1, 3, r'mesh.expert=3 must be >= 1 and divide the 8 devices; set --config.mesh.expert'),
+])
+def test_resolve_errors_name_the_flag(data, expert, message):
+  with pytest.raises(ValueError, match=message):
+    sharding.resolve(mesh_config(data, expert), 8, 32)
+
+
+@pytest.mark.parametrize('data,expert', [(-1, 0), (-1, -2), (0, -1)])
+def test_mesh_sizes_are_positive_or_automatic(data, expert):
+  with pytest.raises(ValueError, match=f'mesh.data={data} and mesh.expert={expert}: use'):
+    mesh_config(data, expert)
+
+
 def test_expert_weights_shard_over_the_expert_axis_and_the_rest_replicates():
   tree = {'block_01': {'moe': {'experts': {'wi': jnp.ones((4, 2, 3)), 'bi': jnp.ones((4, 3))},
                                'router': {'kernel': jnp.ones((2, 4))}}},

@@ -6,6 +6,7 @@ step (vmoe/setup.py), data, (3) state from the newest checkpoint or fresh, (4) c
 and account its cost, (5) the loop with periodic logging, evaluation and checkpoints, (6)
 summary.json (run_protocol.RunSummary).
 """
+import dataclasses
 import json
 import os
 import signal
@@ -62,6 +63,15 @@ def make_workdir(workdir: str) -> None:
                            'directory you can create and write.') from e
 
 
+def with_mesh_resolved(record: dict, mesh: sharding.MeshConfig) -> dict:
+  """A recorded config whose mesh left sizes automatic (-1: records written before parse
+  resolved them) with the sizes of `mesh` where they fit: the same run, not a different config."""
+  recorded = record.get('mesh') or {}
+  fits = all(recorded.get(axis) in (sharding.AUTO, value)
+             for axis, value in dataclasses.asdict(mesh).items())
+  return {**record, 'mesh': dataclasses.asdict(mesh)} if recorded and fits else record
+
+
 def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """Refuses a workdir that holds a run of a different config; records the resolved config (in
   the config's layout: configs/experiment.py parses it back) otherwise."""
@@ -69,7 +79,7 @@ def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
   current = experiment.to_dict()
   if os.path.exists(path):
     with open(path, encoding='utf-8') as f:
-      previous = json.load(f)
+      previous = with_mesh_resolved(json.load(f), experiment.mesh)
     if previous != current:
       changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
       raise errors.UserError(f'{workdir} holds a run of a different config (differences '

@@ -86,6 +86,20 @@ def test_a_different_config_in_the_same_workdir_is_refused(short_config, tmp_pat
     trainer.guard_workdir(str(tmp_path), short_config('sinkhorn_ec'))
 
 
+def test_a_record_with_automatic_mesh_sizes_is_the_same_run(short_config, tmp_path):
+  # Records written before configs/experiment.py resolved the mesh hold -1 for its automatic
+  # sizes: the run resumes where those sizes resolve to this run's; other sizes are refused.
+  experiment = short_config()
+  record = experiment.to_dict()
+  path = tmp_path / trainer.run_protocol.CONFIG_FILE
+  for mesh in ({'data': -1, 'expert': 1}, {'data': -1, 'expert': -1}):
+    path.write_text(json.dumps({**record, 'mesh': mesh}))
+    trainer.guard_workdir(str(tmp_path), experiment)
+  path.write_text(json.dumps({**record, 'mesh': {'data': -1, 'expert': 2}}))
+  with pytest.raises(ValueError, match='different config.*mesh'):
+    trainer.guard_workdir(str(tmp_path), experiment)
+
+
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short_config, tmp_path,
                                                                            monkeypatch):
   make_step = train_lib.make_train_step
