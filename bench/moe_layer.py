@@ -21,7 +21,9 @@ writes all rows and the target ratios to FILE atomically. Every row records `exp
 token-slots its experts process per call (E x C per routing group, or every token for the dense
 MLP), so the ratios include each router's step over the dense MLP scaled by that FLOPs ratio
 (`vs_flops_scaled_dense`: the issue's Soft MoE target is <= 1.1), and Soft MoE's step over its own
-experts alone (`vs_own_experts`). The grid's rows of one shape and
+experts alone (`vs_own_experts`). Every row also records `xla_flops`, XLA's count of its compiled
+forward+backward (routing, dispatch and combine arithmetic included), and the ratios scale the
+dense MLP by it too (`vs_xla_flops_scaled_dense`). The grid's rows of one shape and
 capacity are timed in interleaved rounds (measure_interleaved), so host noise does not skew the
 ratios between them. --routers narrows the grid (the baselines always run).
 
@@ -44,6 +46,7 @@ import jax.numpy as jnp
 
 from base import atomic
 from configs import common
+from vmoe import flops
 from vmoe import moe
 from vmoe.routing import allocation
 from vmoe.routing import router as router_lib
@@ -217,10 +220,13 @@ def time_ms(fn, *args, warmup, repeats):
 
 
 def compile_row(args):
-  """(forward, forward_backward, params, x) of one benchmark row, the functions jitted."""
+  """(forward, forward_backward, params, x, flops) of one benchmark row: both functions compiled
+  ahead of time, and XLA's FLOPs of forward_backward (vmoe/flops.py says what they count)."""
   apply, params, x = build(args)
   loss = lambda p, x: jnp.mean(apply(p, x) ** 2)
-  return jax.jit(apply), jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), params, x
+  forward = jax.jit(apply).lower(params, x).compile()
+  forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(params, x).compile()
+  return forward, forward_backward, params, x, flops.compiled_flops(forward_backward)
 
 
 def row_fields(args) -> dict:
@@ -232,9 +238,9 @@ def row_fields(args) -> dict:
 
 
 def measure(args) -> dict:
-  forward, forward_backward, params, x = compile_row(args)
+  forward, forward_backward, params, x, xla_flops = compile_row(args)
   return {
-      **row_fields(args),
+      **row_fields(args), 'xla_flops': xla_flops,
       'forward_ms': round(time_ms(forward, params, x, warmup=args.warmup, repeats=args.repeats), 2),
       'forward_backward_ms': round(time_ms(forward_backward, params, x, warmup=args.warmup,
                                            repeats=args.repeats), 2),
@@ -247,26 +253,28 @@ def measure_interleaved(rows_args: list, args) -> list:
   over the rounds, so a slow stretch of a shared machine hits every row alike and the ratios
   between rows stay meaningful."""
   compiled = [compile_row(row_args) for row_args in rows_args]
-  for forward, forward_backward, params, x in compiled:
+  for forward, forward_backward, params, x, _ in compiled:
     for _ in range(args.warmup):
       jax.block_until_ready((forward(params, x), forward_backward(params, x)))
   times = [([], []) for _ in compiled]
   for _ in range(args.repeats):
-    for (forward, forward_backward, params, x), (forward_ms, forward_backward_ms) in zip(
+    for (forward, forward_backward, params, x, _), (forward_ms, forward_backward_ms) in zip(
         compiled, times):
       forward_ms.append(time_ms(forward, params, x, warmup=0, repeats=1))
       forward_backward_ms.append(time_ms(forward_backward, params, x, warmup=0, repeats=1))
-  return [{**row_fields(row_args),
+  return [{**row_fields(row_args), 'xla_flops': compiled_row[4],
            'forward_ms': round(statistics.median(forward_ms), 2),
            'forward_backward_ms': round(statistics.median(forward_backward_ms), 2),
            'rounds_forward_backward_ms': [round(t, 2) for t in forward_backward_ms]}
-          for row_args, (forward_ms, forward_backward_ms) in zip(rows_args, times)]
+          for row_args, compiled_row, (forward_ms, forward_backward_ms) in zip(
+              rows_args, compiled, times)]
 
 
 def ratios(rows: list) -> list:
   """Forward+backward ratios behind the issue's targets, per shape and capacity: each router's
   step over the dense MLP, over it scaled by the router's expert_tokens / the dense MLP's (the
-  FLOPs ratio), over round robin, einsum over index dispatch, and Soft MoE over its own experts."""
+  FLOPs ratio), over it scaled by their XLA FLOPs (rows that have them), over round robin, einsum
+  over index dispatch, and Soft MoE over its own experts."""
   out = []
   key = lambda r: (r['group_size'], r['capacity'], r.get('expert_shards', 1))
   for shape in sorted({key(r) for r in rows}):
@@ -283,6 +291,12 @@ def ratios(rows: list) -> list:
                'flops_ratio': round(flops_ratio, 3),
                'vs_flops_scaled_dense': round(ms(name) / (ms('dense_mlp') * flops_ratio), 3),
                'vs_round_robin': round(ms(name) / ms('round_robin'), 3)}
+      if 'xla_flops' in row and 'xla_flops' in dense:
+        # All the work XLA counts (routing, dispatch and combine arithmetic included), not only
+        # the experts' token-slots.
+        xla_ratio = row['xla_flops'] / dense['xla_flops']
+        found['xla_flops_ratio'] = round(xla_ratio, 3)
+        found['vs_xla_flops_scaled_dense'] = round(ms(name) / (ms('dense_mlp') * xla_ratio), 3)
       if (name, 'einsum') in at:
         found['einsum_over_indices'] = round(ms(name, 'einsum') / ms(name), 3)
       if name == 'soft_moe' and ('soft_moe_experts', 'indices') in at:

@@ -49,12 +49,20 @@ def test_grid_times_its_rows_interleaved(tmp_path, capsys):
   fb = {r['router'] + '/' + r['dispatch']: r['forward_backward_ms'] for r in result['rows']}
   # E = 4 experts of C = round(16 / 4) = 4 slots in each of the 2 groups: 32 of 32 tokens.
   assert [r['expert_tokens'] for r in result['rows']] == [32, 32, 32, 32]
+  flops = {r['router'] + '/' + r['dispatch']: r['xla_flops'] for r in result['rows']}
+  # The dense MLP's forward+backward: 3 passes of 2 matmuls of 32 tokens x 8 x 32 at 2 FLOPs a
+  # multiply-add, plus elementwise work.
+  assert flops['dense_mlp/indices'] >= 3 * 2 * 2 * 32 * 8 * 32
+  xla_ratio = flops['softmax_ec/indices'] / flops['dense_mlp/indices']
   assert result['ratios'] == [{
       'group_size': 16, 'capacity': 1.0, 'expert_shards': 1, 'router': 'softmax_ec',
       'vs_dense_mlp': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
       'flops_ratio': 1.0,
       'vs_flops_scaled_dense': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
       'vs_round_robin': round(fb['softmax_ec/indices'] / fb['round_robin/indices'], 3),
+      'xla_flops_ratio': round(xla_ratio, 3),
+      'vs_xla_flops_scaled_dense': round(
+          fb['softmax_ec/indices'] / (fb['dense_mlp/indices'] * xla_ratio), 3),
       'einsum_over_indices': round(fb['softmax_ec/einsum'] / fb['softmax_ec/indices'], 3)}]
 
 
@@ -62,14 +70,15 @@ def test_ratios_hand_worked():
   row = lambda name, ms, tokens, dispatch='indices': {
       'router': name, 'dispatch': dispatch, 'group_size': 400, 'capacity': 1,
       'forward_backward_ms': ms, 'expert_tokens': tokens}
-  rows = [row('dense_mlp', 100.0, 6400), row('round_robin', 125.0, 6144),
+  rows = [{**row('dense_mlp', 100.0, 6400), 'xla_flops': 1e9}, row('round_robin', 125.0, 6144),
           row('softmax_ec', 150.0, 6144), row('softmax_ec', 300.0, 6144, 'einsum'),
-          row('soft_moe', 192.0, 8192), row('soft_moe_experts', 160.0, 8192)]
+          {**row('soft_moe', 192.0, 8192), 'xla_flops': 1.6e9}, row('soft_moe_experts', 160.0, 8192)]
   assert moe_layer.ratios(rows) == [
       {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'soft_moe',
        'vs_dense_mlp': 1.92,
        'flops_ratio': 1.28, 'vs_flops_scaled_dense': 1.5, 'vs_round_robin': 1.536,
-       'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25},
+       'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25,
+       'xla_flops_ratio': 1.6, 'vs_xla_flops_scaled_dense': 1.2},
       {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'softmax_ec',
        'vs_dense_mlp': 1.5,
        'flops_ratio': 0.96, 'vs_flops_scaled_dense': 1.562, 'vs_round_robin': 1.2,
