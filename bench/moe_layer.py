@@ -39,6 +39,7 @@ import os
 import platform
 import statistics
 import time
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -219,14 +220,22 @@ def time_ms(fn, *args, warmup, repeats):
   return statistics.median(times)
 
 
-def compile_row(args):
-  """(forward, forward_backward, params, x, flops) of one benchmark row: both functions compiled
-  ahead of time, and XLA's FLOPs of forward_backward (vmoe/flops.py says what they count)."""
+class CompiledRow(NamedTuple):
+  """One benchmark row compiled ahead of time, with XLA's FLOPs of its forward+backward
+  (vmoe/flops.py says what they count)."""
+  forward: Any
+  forward_backward: Any
+  params: Any
+  x: jax.Array
+  xla_flops: float
+
+
+def compile_row(args) -> CompiledRow:
   apply, params, x = build(args)
   loss = lambda p, x: jnp.mean(apply(p, x) ** 2)
   forward = jax.jit(apply).lower(params, x).compile()
   forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(params, x).compile()
-  return forward, forward_backward, params, x, flops.compiled_flops(forward_backward)
+  return CompiledRow(forward, forward_backward, params, x, flops.compiled_flops(forward_backward))
 
 
 def row_fields(args) -> dict:
@@ -238,12 +247,13 @@ def row_fields(args) -> dict:
 
 
 def measure(args) -> dict:
-  forward, forward_backward, params, x, xla_flops = compile_row(args)
+  row = compile_row(args)
   return {
-      **row_fields(args), 'xla_flops': xla_flops,
-      'forward_ms': round(time_ms(forward, params, x, warmup=args.warmup, repeats=args.repeats), 2),
-      'forward_backward_ms': round(time_ms(forward_backward, params, x, warmup=args.warmup,
-                                           repeats=args.repeats), 2),
+      **row_fields(args), 'xla_flops': row.xla_flops,
+      'forward_ms': round(time_ms(row.forward, row.params, row.x, warmup=args.warmup,
+                                  repeats=args.repeats), 2),
+      'forward_backward_ms': round(time_ms(row.forward_backward, row.params, row.x,
+                                           warmup=args.warmup, repeats=args.repeats), 2),
   }
 
 
@@ -253,21 +263,21 @@ def measure_interleaved(rows_args: list, args) -> list:
   over the rounds, so a slow stretch of a shared machine hits every row alike and the ratios
   between rows stay meaningful."""
   compiled = [compile_row(row_args) for row_args in rows_args]
-  for forward, forward_backward, params, x, _ in compiled:
+  for row in compiled:
     for _ in range(args.warmup):
-      jax.block_until_ready((forward(params, x), forward_backward(params, x)))
+      jax.block_until_ready((row.forward(row.params, row.x),
+                             row.forward_backward(row.params, row.x)))
   times = [([], []) for _ in compiled]
   for _ in range(args.repeats):
-    for (forward, forward_backward, params, x, _), (forward_ms, forward_backward_ms) in zip(
-        compiled, times):
-      forward_ms.append(time_ms(forward, params, x, warmup=0, repeats=1))
-      forward_backward_ms.append(time_ms(forward_backward, params, x, warmup=0, repeats=1))
-  return [{**row_fields(row_args), 'xla_flops': compiled_row[4],
+    for row, (forward_ms, forward_backward_ms) in zip(compiled, times):
+      forward_ms.append(time_ms(row.forward, row.params, row.x, warmup=0, repeats=1))
+      forward_backward_ms.append(time_ms(row.forward_backward, row.params, row.x, warmup=0,
+                                         repeats=1))
+  return [{**row_fields(row_args), 'xla_flops': row.xla_flops,
            'forward_ms': round(statistics.median(forward_ms), 2),
            'forward_backward_ms': round(statistics.median(forward_backward_ms), 2),
            'rounds_forward_backward_ms': [round(t, 2) for t in forward_backward_ms]}
-          for row_args, compiled_row, (forward_ms, forward_backward_ms) in zip(
-              rows_args, compiled, times)]
+          for row_args, row, (forward_ms, forward_backward_ms) in zip(rows_args, compiled, times)]
 
 
 def ratios(rows: list) -> list:

@@ -59,17 +59,17 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   num_devices = jax.device_count() if num_devices is None else num_devices
   tree = config.to_dict() if isinstance(config, mlc.ConfigDict) else dict(config)
   experiment = experiment_lib.from_dict(tree)
-  check(experiment, num_devices)
   # The mesh's automatic sizes (-1) become this run's numbers: the mesh it builds, its console
   # header and its record (WORKDIR/config.json) all show the devices along each axis.
-  experiment = dataclasses.replace(experiment, mesh=sharding.resolve(
-      experiment.mesh, num_devices, experiment.moe.num_experts))
+  experiment = dataclasses.replace(experiment, mesh=check(experiment, num_devices))
   return batches.fit(experiment, num_devices, fixed)
 
 
-def check(experiment: experiment_lib.Experiment, num_devices: int | None = None) -> None:
+def check(experiment: experiment_lib.Experiment,
+          num_devices: int | None = None) -> sharding.MeshConfig:
   """The checks that span sections, but the batch sizes' (configs/batches.py); each error is a
-  UserError saying which value to change.
+  UserError saying which value to change. Returns the mesh with its automatic sizes resolved
+  (vmoe/sharding.py `resolve`), the one the checks passed.
 
   The model's classes are the data's; MoE layers fit the model (placement, capacity of the
   routing groups' tokens); the mesh, its automatic sizes resolved, fits `num_devices` (default:
@@ -92,3 +92,4 @@ def check(experiment: experiment_lib.Experiment, num_devices: int | None = None)
     raise errors.UserError(f'moe.num_experts={moe.num_experts} experts do not split over '
                            f'mesh.expert={mesh.expert} devices; set '
                            f'--config.mesh.expert to a divisor of {moe.num_experts}.')
+  return mesh

@@ -64,12 +64,18 @@ def make_workdir(workdir: str) -> None:
 
 
 def with_mesh_resolved(record: dict, mesh: sharding.MeshConfig) -> dict:
-  """A recorded config whose mesh left sizes automatic (-1: records written before parse
-  resolved them) with the sizes of `mesh` where they fit: the same run, not a different config."""
-  recorded = record.get('mesh') or {}
-  fits = all(recorded.get(axis) in (sharding.AUTO, value)
-             for axis, value in dataclasses.asdict(mesh).items())
-  return {**record, 'mesh': dataclasses.asdict(mesh)} if recorded and fits else record
+  """A recorded config with its mesh resolved (sharding.resolve) on this run's devices, the
+  mesh's data x expert: records written before configs/experiment.py resolved the mesh hold -1
+  for its automatic sizes. A recorded mesh that does not fit the devices stays as it is."""
+  if 'mesh' not in record:
+    return record
+  num_experts = record.get('moe', {}).get('num_experts', 0)
+  try:
+    resolved = sharding.resolve(sharding.MeshConfig(**record['mesh']), mesh.data * mesh.expert,
+                                num_experts)
+  except (TypeError, ValueError):
+    return record
+  return {**record, 'mesh': dataclasses.asdict(resolved)}
 
 
 def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
