@@ -135,10 +135,11 @@ def paper_experiment(arch: str, router: str, dtype: str, per_device_batch: int,
 class Stepper:
   """The compiled step of one row; `load` makes its state and batch, each call runs one step."""
 
-  def __init__(self, arch, router, dtype, per_device_batch, num_experts, remat):
+  def __init__(self, arch, router, dtype, per_device_batch, num_experts, remat,
+               compiler_options: dict | None = None):
     self.experiment = paper_experiment(arch, router, dtype, per_device_batch, num_experts, remat)
     self.setup = setup_lib.build(self.experiment)
-    self.compiled = self.setup.compile()
+    self.compiled = self.setup.compile(compiler_options)
     memory = self.compiled.memory_analysis()
     e = self.experiment
     self.fields = {
