@@ -4,8 +4,9 @@
       --out bench/results/op_profile_l16.json
 
 Each row is bench/paper_step.py's step of one router (same config, batch, E and mesh), compiled
-with XLA:CPU's per-thunk trace events on (`TRACE_OPTIONS`), run once untraced, then `--steps`
-steps under jax.profiler. Every trace event named after an instruction of the compiled program is
+with XLA:CPU's per-thunk trace events on (`TRACE_OPTIONS`), run once untraced on a fresh state
+(timed: first_step_ms, with its page faults and system time), then `--steps` steps under
+jax.profiler. Every trace event named after an instruction of the compiled program is
 one op's run; its instruction's metadata (the JAX name stack) gives its component (`component`):
 forward or backward x router, dispatch/combine, experts, attention, dense MLP, layer norms, the
 rest of the model, and outside the model the mixup sampling and the update + loss.
@@ -13,8 +14,10 @@ rest of the model, and outside the model the mixup sampling and the update + los
 Fields of a row: arch, router, dtype, per_device_batch, num_experts, step_ms (median wall time of
 the traced steps), op_ms (all ops' time per step, summed over the threads that ran them: XLA:CPU
 runs independent ops concurrently, so it can exceed step_ms), components ({name: ms per step},
-largest first), top_ops (the longest ops: name, ms, component, shape, the JAX op name), and the
-process's minor page faults, user and system CPU seconds per step over the traced steps. MoE rows
+largest first), top_ops (the longest ops: name, ms, component, shape, the JAX op name), the
+process's minor page faults, user and system CPU seconds per step over the traced steps, and the
+same for the untraced first step (first_step_ms, first_step_minor_faults, first_step_system_s).
+MoE rows
 add extra_ms_by_component: their component times minus the dense row's (same arch, batch, dtype).
 """
 import argparse
@@ -82,7 +85,10 @@ def profile_row(stepper, steps: int, top: int) -> dict:
   """The profile of one compiled paper step (see the module's docstring)."""
   known = instructions(stepper.compiled.as_text())
   stepper.load()
-  jax.block_until_ready(stepper())
+  first = resource.getrusage(resource.RUSAGE_SELF)
+  start = time.perf_counter()
+  jax.block_until_ready(stepper())    # Untraced: the first step on a fresh state.
+  first_step_ms = (time.perf_counter() - start) * 1e3
   with tempfile.TemporaryDirectory() as log_dir:
     before = resource.getrusage(resource.RUSAGE_SELF)
     wall_ms = []
@@ -107,6 +113,9 @@ def profile_row(stepper, steps: int, top: int) -> dict:
       'top_ops': [{'name': name, 'ms': per_step(ns), 'component': component(known[name][1]),
                    'shape': known[name][0], 'op_name': known[name][1]}
                   for name, ns in op_ns.most_common(top)],
+      'first_step_ms': round(first_step_ms, 3),
+      'first_step_minor_faults': before.ru_minflt - first.ru_minflt,
+      'first_step_system_s': round(before.ru_stime - first.ru_stime, 3),
       'minor_faults_per_step': round((after.ru_minflt - before.ru_minflt) / steps),
       'user_s_per_step': round((after.ru_utime - before.ru_utime) / steps, 3),
       'system_s_per_step': round((after.ru_stime - before.ru_stime) / steps, 3)}

@@ -67,7 +67,7 @@ def test_profile_row_attributes_every_traced_op_to_its_instruction():
   # Every op of this function is outside a model: one component holds all the op time.
   assert list(row['components']) == ['update_and_loss']
   assert row['components']['update_and_loss'] == row['op_ms'] > 0
-  assert row['step_ms'] > 0 and row['minor_faults_per_step'] >= 0
+  assert row['step_ms'] > 0 and row['first_step_ms'] > 0 and row['minor_faults_per_step'] >= 0
 
 
 def test_add_extra_subtracts_the_dense_rows_components():

@@ -9,15 +9,17 @@ synthetic batch put on the devices once. dtype 'float32' is the configs' default
 bfloat16 dispatch: V-MoE's); 'bfloat16' is --config.model.dtype=bfloat16.
 
 Timing: every step of the grid is compiled first; then `--rounds` rounds visit the rows in turn,
-each timing `--steps` steps (the first round after `--warmup` untimed ones); step_ms is the median
-over rounds. One train state is alive at a time (a row's state is created before its turn and
+each timing `--steps` steps after `--warmup` untimed ones on the round's fresh state (a training
+run's steady state; the first of them is first_step_ms); step_ms is the median over rounds. One
+train state is alive at a time (a row's state is created before its turn and
 dropped after), so L/16 fits on a host that could not hold the grid's states together.
 Fields of a row: arch, router, dtype, dispatch_dtype, per_device_batch, num_experts, mesh, remat,
 step_ms, images_per_second, flops_per_image (XLA's cost analysis of the compiled per-device step:
 vmoe/flops.py says what it counts), mfu (achieved FLOP/s over the devices' peak, `peak_flops`),
 peak_memory_bytes (the compiled step's memory analysis: arguments + temporaries, the outputs
 aliasing the donated state), update_ms (the optimizer's update alone, timed in the same rounds:
-per-parameter work), and, for MoE rows, vs_dense (step time over the dense row of the same arch
+per-parameter work), first_step_ms (the first step on a fresh state: on XLA:CPU it also faults
+in the memory the step touches), and, for MoE rows, vs_dense (step time over the dense row of the same arch
 and dtype), flops_vs_dense, update_share_of_extra (the MoE update's extra ms over the MoE step's
 extra ms) and, for Soft MoE, vs_flops_scaled_dense (vs_dense over flops_vs_dense). The issue's
 targets: sparse routers <= 1.15x dense, Soft MoE <= 1.1x the FLOPs-scaled dense step.
@@ -182,24 +184,33 @@ class Stepper:
 
 
 def interleaved_ms(steppers: list, rounds: int, steps: int, warmup: int):
-  """(step, update): each stepper's per-round median step and optimizer update alone (ms), the
-  steppers visited in turn every round, one loaded at a time."""
+  """(step, first, update): each stepper's per-round median step, its first step on the round's
+  fresh state, and its optimizer update alone (ms); the steppers visited in turn every round, one
+  loaded at a time. Every round runs `warmup` untimed steps on its fresh state before the timed
+  ones (the first of them is `first`): on XLA:CPU the first step after a state is made pays for
+  faulting in the memory its buffers and temporaries take (L/16 softmax_tc, 8 images: 22-29 s
+  against 15 s, bench/op_profile.py's notes in the README)."""
   round_ms = [[] for _ in steppers]
+  first_ms = [[] for _ in steppers]
   update_ms = [[] for _ in steppers]
   for index in range(rounds):
-    for stepper, times, update_times in zip(steppers, round_ms, update_ms):
+    for stepper, times, firsts, update_times in zip(steppers, round_ms, first_ms, update_ms):
       stepper.load()
-      times.append(moe_layer.time_ms(stepper, warmup=warmup if index == 0 else 0, repeats=steps))
+      if warmup:
+        firsts.append(moe_layer.time_ms(stepper, warmup=0, repeats=1))
+        for _ in range(warmup - 1):
+          jax.block_until_ready(stepper())
+      times.append(moe_layer.time_ms(stepper, warmup=0, repeats=steps))
       update_times.append(moe_layer.time_ms(stepper.update, warmup=1 if index == 0 else 0,
                                             repeats=steps))
       stepper.unload()
-  return round_ms, update_ms
+  return round_ms, first_ms, update_ms
 
 
 def row(fields: dict, round_ms: list[float], peak: float,
-        update_ms: list[float] | None = None) -> dict:
-  """A row from a stepper's fields, its rounds (and its update's) and the device's peak FLOP/s in
-  the row's dtype."""
+        update_ms: list[float] | None = None, first_ms: list[float] | None = None) -> dict:
+  """A row from a stepper's fields, its rounds (and its update's and first steps') and the
+  device's peak FLOP/s in the row's dtype."""
   step_ms = statistics.median(round_ms)
   images_per_second = fields['per_device_batch'] * jax.device_count() / (step_ms / 1e3)
   achieved = fields['flops_per_image'] * images_per_second / jax.device_count()
@@ -207,6 +218,8 @@ def row(fields: dict, round_ms: list[float], peak: float,
            'images_per_second': round(images_per_second, 3), 'mfu': achieved / peak}
   if update_ms:
     found['update_ms'] = round(statistics.median(update_ms), 3)
+  if first_ms:
+    found['first_step_ms'] = round(statistics.median(first_ms), 3)
   return found
 
 
@@ -250,16 +263,18 @@ def run(args) -> dict:
                             args.remat))
     print(f'compiled {arch} {router} {dtype} in {time.perf_counter() - start:.0f} s', flush=True)
   peaks = {dtype: peak_flops(dtype) for dtype in args.dtypes}
-  round_ms, update_ms = interleaved_ms(steppers, args.rounds, args.steps, args.warmup)
-  rows = add_ratios([row(s.fields, times, peaks[s.fields['dtype']][0], updates)
-                     for s, times, updates in zip(steppers, round_ms, update_ms)])
+  round_ms, first_ms, update_ms = interleaved_ms(steppers, args.rounds, args.steps, args.warmup)
+  rows = add_ratios([row(s.fields, times, peaks[s.fields['dtype']][0], updates, firsts)
+                     for s, times, firsts, updates in zip(steppers, round_ms, first_ms,
+                                                          update_ms)])
   for r in rows:
     print(json.dumps(r), flush=True)
   return {'machine': moe_layer.machine(),
           'peak_flops': {d: {'flops_per_second': p, 'source': src} for d, (p, src) in peaks.items()},
           'method': f'paper configs at c=1 (trainer step, synthetic batch); {args.rounds} '
-                    f'interleaved rounds of {args.steps} steps per row after {args.warmup} '
-                    'warm-up steps; step_ms = median over rounds', 'targets': TARGETS,
+                    f'interleaved rounds of {args.steps} steps per row, each round after '
+                    f'{args.warmup} untimed steps on its fresh state (the first: first_step_ms); '
+                    'step_ms = median over rounds', 'targets': TARGETS,
           'rows': rows}
 
 
@@ -309,9 +324,9 @@ def parse_args(argv=None):
   parser.add_argument('--remat', action='store_true', help='config.model.remat=True')
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=1, help='timed steps per row and round')
-  parser.add_argument('--warmup', type=int, default=0,
-                      help='untimed steps before the first round (every round starts from a '
-                           'fresh state, and the median over rounds drops a slow first one)')
+  parser.add_argument('--warmup', type=int, default=1,
+                      help='untimed steps on each round\'s fresh state before its timed steps '
+                           '(the first is recorded as first_step_ms)')
   parser.add_argument('--out', default='bench/results/paper_step.json')
   args = parser.parse_args(argv)
   args.archs, args.routers, args.dtypes = (

@@ -17,7 +17,7 @@ def test_grid_on_runlocal_configs_writes_every_field(tmp_path, monkeypatch, caps
   calibrate = paper_step.calibrated_peak
   monkeypatch.setattr(paper_step, 'calibrated_peak', lambda dtype: calibrate(dtype, size=256))
   args = paper_step.parse_args(['--archs', 'B/32', '--routers', 'dense,soft_moe',
-                                '--rounds', '2', '--warmup', '0', '--out', str(tmp_path / 'o.json')])
+                                '--rounds', '2', '--out', str(tmp_path / 'o.json')])
   assert args.per_device_batch == 8 and args.num_experts == 4     # The CPU defaults.
   result = paper_step.run(args)
   capsys.readouterr()
@@ -31,6 +31,7 @@ def test_grid_on_runlocal_configs_writes_every_field(tmp_path, monkeypatch, caps
     assert r['flops_per_image'] > 0 and r['peak_memory_bytes'] > 0 and 0 < r['mfu']
     assert r['images_per_second'] == pytest.approx(8 / (r['step_ms'] / 1e3), rel=1e-3)
     assert 0 < r['update_ms']           # The optimizer's update alone, in the same rounds.
+    assert 0 < r['first_step_ms']       # Each round's untimed first step on its fresh state.
   for dtype in paper_step.DTYPES:
     dense, soft = rows[('dense', dtype)], rows[('soft_moe', dtype)]
     assert soft['vs_dense'] == pytest.approx(soft['step_ms'] / dense['step_ms'], abs=1e-3)
@@ -155,3 +156,35 @@ def test_peak_table_and_calibration():
 def test_unknown_arch_is_refused():
   with pytest.raises(SystemExit):
     paper_step.parse_args(['--archs', 'H/14'])
+
+
+class CountingStepper:
+  """Records what interleaved_ms does to it."""
+
+  def __init__(self):
+    self.log = []
+
+  def load(self):
+    self.log.append('load')
+
+  def unload(self):
+    self.log.append('unload')
+
+  def __call__(self):
+    self.log.append('step')
+    return 0
+
+  def update(self):
+    self.log.append('update')
+    return 0
+
+
+def test_every_round_warms_its_fresh_state_before_the_timed_steps():
+  stepper = CountingStepper()
+  round_ms, first_ms, update_ms = paper_step.interleaved_ms([stepper], rounds=2, steps=3, warmup=2)
+  assert [len(t[0]) for t in (round_ms, first_ms, update_ms)] == [2, 2, 2]
+  # Each round: its state, 2 untimed steps (the first timed alone), 3 timed; the update's first
+  # call (compilation aside) is untimed in the first round only.
+  first_round = ['load'] + ['step'] * 5 + ['update'] * 4 + ['unload']
+  second_round = ['load'] + ['step'] * 5 + ['update'] * 3 + ['unload']
+  assert stepper.log == first_round + second_round
