@@ -29,7 +29,10 @@ it never rematerialises on its own.
 
 Each compiled program's counters are kept in --cache-dir, so a killed plan resumes where it
 stopped, `--archs` splits the work over processes that share the cache (a last run over all
-archs then only reads it), and the 8x H100 rows reuse the 8x A100 stand-in's programs.
+archs then only reads it), and the 8x H100 rows reuse the 8x A100 stand-in's programs. A
+measurement's name holds a digest of what makes its program (`program_digest`: the resolved
+config, the jax and jaxlib versions and the model code's sources), so an edited config or model
+compiles afresh instead of reading stale counters.
 
 The ideal step time divides the device's FLOPs by its peak: float32 matmuls run as bfloat16
 passes on TPU and as TF32 on A100 by default (jax-ml/jax#18934), so the peaks are those; real runs
@@ -37,6 +40,8 @@ reach a fraction of it (MoE routing, all-to-all and the input pipeline are not i
 """
 import argparse
 import dataclasses
+import glob
+import hashlib
 import json
 import os
 import re
@@ -147,6 +152,25 @@ def slice_devices(slice_: Slice, cpu_devices, tpu: bool) -> list:
   return tpu_compiler.devices(slice_.tpu_topology) if tpu else cpu_devices[:slice_.devices]
 
 
+# The sources a compiled step is made from (tests aside), relative to the repository's root.
+PROGRAM_SOURCES = ('vmoe/**/*.py', 'configs/*.py', 'base/*.py')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def program_digest(config) -> str:
+  """12 hex digits of sha256 over the resolved `config`, jax's and jaxlib's versions and the
+  model code (PROGRAM_SOURCES without tests): the cache key's part that changes whenever the
+  compiled program can."""
+  digest = hashlib.sha256(config.to_json_best_effort(sort_keys=True).encode())
+  digest.update(f'jax {jax.__version__} jaxlib {jax.lib.__version__}'.encode())
+  for pattern in PROGRAM_SOURCES:
+    for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+      if not path.endswith('_test.py'):
+        with open(path, 'rb') as f:
+          digest.update(os.path.relpath(path, ROOT).encode() + f.read())
+  return digest.hexdigest()[:12]
+
+
 def cached(cache_dir: str | None, key: str, compute) -> dict:
   """compute()'s dict, saved once per `key` in cache_dir (atomically) and read back from there by
   any later or concurrent run: a killed plan resumes, and a slice that compiles the same program
@@ -172,13 +196,15 @@ def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
   key = f'{config.model.variant}-{config.moe.router.name}-{compiler}-{len(devices)}'
   row = {'arch': config.model.variant, 'router': config.moe.router.name, 'slice': slice_.name,
          'compiler': compiler,
-         **cached(cache_dir, key, lambda: measure(config, devices))}
+         **cached(cache_dir, f'{key}-{program_digest(config)}',
+                  lambda: measure(config, devices))}
   row['peak_bytes'] = row['argument_bytes'] + row['temp_bytes']
   row['fits'] = row['peak_bytes'] <= slice_.memory_gib * GIB
   row['precision_peak_bytes'] = {}
   for name in precisions:
     overridden = common.override(config.copy_and_resolve_references(), PRECISIONS[name])
-    other = cached(cache_dir, f'{key}-{name}', lambda c=overridden: measure(c, devices))
+    other = cached(cache_dir, f'{key}-{name}-{program_digest(overridden)}',
+                   lambda c=overridden: measure(c, devices))
     row['precision_peak_bytes'][name] = other['argument_bytes'] + other['temp_bytes']
   row['flops_per_step'] = row['flops_per_device'] * slice_.devices
   row['ideal_step_seconds'] = row['flops_per_device'] / (slice_.peak_tflops * 1e12)

@@ -1,7 +1,9 @@
 """The memory and time plan on this process's one CPU device, with a runlocal paper config, and
 in subprocesses that start jax as launch/plan.py does (XLA:CPU's memory scheduler, libtpu)."""
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -145,5 +147,30 @@ def test_measurements_are_cached_once_per_program(tmp_path, monkeypatch):
   assert len(compiled) == 2           # The base program and its remat variant, once each.
   assert rows[0]['temp_bytes'] == rows[1]['temp_bytes']
   assert rows[0]['precision_peak_bytes'] == rows[1]['precision_peak_bytes']
+  remat = common.override(config.copy_and_resolve_references(), plan.PRECISIONS['remat'])
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      'mu_32-softmax_ec-XLA_CPU-1-remat.json', 'mu_32-softmax_ec-XLA_CPU-1.json']
+      f'mu_32-softmax_ec-XLA_CPU-1-{plan.program_digest(config)}.json',
+      f'mu_32-softmax_ec-XLA_CPU-1-remat-{plan.program_digest(remat)}.json']
+
+
+def test_an_edited_config_or_model_source_is_another_program(tmp_path, monkeypatch):
+  config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
+  digest = plan.program_digest(config)
+  assert plan.program_digest(config.copy_and_resolve_references()) == digest
+  edited = common.override(config.copy_and_resolve_references(), {'batch_size': 16})
+  assert plan.program_digest(edited) != digest
+  # A copy of the repository's model sources with one byte more in the router.
+  for pattern in plan.PROGRAM_SOURCES:
+    for path in glob.glob(os.path.join(plan.ROOT, pattern), recursive=True):
+      target = tmp_path / os.path.relpath(path, plan.ROOT)
+      target.parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy(path, target)
+  monkeypatch.setattr(plan, 'ROOT', str(tmp_path))
+  assert plan.program_digest(config) == digest
+  with open(tmp_path / 'vmoe' / 'routing' / 'router.py', 'a', encoding='utf-8') as f:
+    f.write('\n')
+  edited_source = plan.program_digest(config)
+  assert edited_source != digest
+  with open(tmp_path / 'vmoe' / 'routing' / 'router_test.py', 'a', encoding='utf-8') as f:
+    f.write('\n')            # Tests do not make the program.
+  assert plan.program_digest(config) == edited_source
