@@ -66,6 +66,8 @@ bench: install
 	  --out bench/results/paper_step_b32_batch128.json
 	$(PY) -m bench.op_profile --arch L/16 --routers dense,softmax_tc,sinkhorn_ec \
 	  --out bench/results/op_profile_l16.json
+	$(PY) -m bench.op_profile --arch B/32 --routers dense,softmax_tc,soft_moe --per-device-batch 128 \
+	  --dispatch-dtypes bfloat16,float32 --out bench/results/op_profile_b32_batch128.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json

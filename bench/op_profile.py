@@ -11,14 +11,15 @@ one op's run; its instruction's metadata (the JAX name stack) gives its componen
 forward or backward x router, dispatch/combine, experts, attention, dense MLP, layer norms, the
 rest of the model, and outside the model the mixup sampling and the update + loss.
 
-Fields of a row: arch, router, dtype, per_device_batch, num_experts, step_ms (median wall time of
-the traced steps), op_ms (all ops' time per step, summed over the threads that ran them: XLA:CPU
-runs independent ops concurrently, so it can exceed step_ms), components ({name: ms per step},
-largest first), top_ops (the longest ops: name, ms, component, shape, the JAX op name), the
-process's minor page faults, user and system CPU seconds per step over the traced steps, and the
-same for the untraced first step (first_step_ms, first_step_minor_faults, first_step_system_s).
-MoE rows
-add extra_ms_by_component: their component times minus the dense row's (same arch, batch, dtype).
+Fields of a row: arch, router, dtype, dispatch_dtype, per_device_batch, num_experts, step_ms
+(median wall time of the traced steps), op_ms (all ops' time per step, summed over the threads
+that ran them: XLA:CPU runs independent ops concurrently, so it can exceed step_ms), components
+({name: ms per step}, largest first), top_ops (the longest ops: name, ms, component, shape, the
+JAX op name), top_routing_ops (the same, of the router and dispatch/combine components: what MoE
+adds besides its experts), the process's minor page faults, user and system CPU seconds per step
+over the traced steps, and the same for the untraced first step (first_step_ms,
+first_step_minor_faults, first_step_system_s). MoE rows add extra_ms_by_component: their
+component times minus the dense row's (same arch, batch, dtype).
 """
 import argparse
 import collections
@@ -37,6 +38,7 @@ from jax import profiler
 from base import atomic
 from bench import moe_layer
 from bench import paper_step
+from vmoe import moe
 
 TRACE_OPTIONS = {'xla_cpu_enable_xprof_traceme': True}
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (\S+) .*?metadata=\{op_name="([^"]*)"')
@@ -45,6 +47,7 @@ MODEL = 'VisionTransformer'
 MODEL_PARTS = (('/moe/router', 'router'), ('/moe/experts', 'experts'),
                ('/moe/', 'dispatch_combine'), ('/attention/', 'attention'), ('/mlp/', 'mlp'),
                ('/norm', 'layer_norms'))
+ROUTING = ('/router', '/dispatch_combine')     # The components MoE adds besides its experts.
 
 
 def instructions(hlo_text: str) -> dict[str, tuple[str, str]]:
@@ -102,6 +105,8 @@ def profile_row(stepper, steps: int, top: int) -> dict:
     op_ns = op_nanoseconds(path, known)
   stepper.unload()
   per_step = lambda ns: round(ns / 1e6 / steps, 3)
+  describe = lambda name, ns: {'name': name, 'ms': per_step(ns), 'shape': known[name][0],
+                               'component': component(known[name][1]), 'op_name': known[name][1]}
   components = collections.Counter()
   for name, ns in op_ns.items():
     components[component(known[name][1])] += ns
@@ -110,9 +115,9 @@ def profile_row(stepper, steps: int, top: int) -> dict:
       **{k: fields[k] for k in ('arch', 'router', 'dtype', 'per_device_batch', 'num_experts')},
       'step_ms': round(statistics.median(wall_ms), 3), 'op_ms': per_step(sum(op_ns.values())),
       'components': {name: per_step(ns) for name, ns in components.most_common()},
-      'top_ops': [{'name': name, 'ms': per_step(ns), 'component': component(known[name][1]),
-                   'shape': known[name][0], 'op_name': known[name][1]}
-                  for name, ns in op_ns.most_common(top)],
+      'top_ops': [describe(name, ns) for name, ns in op_ns.most_common(top)],
+      'top_routing_ops': [describe(name, ns) for name, ns in op_ns.most_common()
+                          if component(known[name][1]).endswith(ROUTING)][:top],
       'first_step_ms': round(first_step_ms, 3),
       'first_step_minor_faults': before.ru_minflt - first.ru_minflt,
       'first_step_system_s': round(before.ru_stime - first.ru_stime, 3),
@@ -144,6 +149,9 @@ def parse_args(argv=None):
   parser.add_argument('--dtype', default='float32', choices=paper_step.DTYPES)
   parser.add_argument('--per-device-batch', type=int, default=paper_step.CPU_PER_DEVICE_BATCH)
   parser.add_argument('--num-experts', type=int, default=paper_step.CPU_NUM_EXPERTS)
+  parser.add_argument('--dispatch-dtypes', default='',
+                      help='comma-separated --config.moe.dispatch_dtype values: each MoE router '
+                           'is profiled with each (default: the paper configs\' bfloat16)')
   parser.add_argument('--steps', type=int, default=2, help='traced steps per router')
   parser.add_argument('--top', type=int, default=15, help='longest ops kept per row')
   parser.add_argument('--out', default='bench/results/op_profile.json')
@@ -151,6 +159,9 @@ def parse_args(argv=None):
   args.routers = [r for r in args.routers.split(',') if r]
   if not set(args.routers) <= set(paper_step.ROUTERS):
     parser.error(f'--routers: valid values are {", ".join(paper_step.ROUTERS)}')
+  args.dispatch_dtypes = [d for d in args.dispatch_dtypes.split(',') if d] or [None]
+  if not set(args.dispatch_dtypes) <= {None, *moe.DISPATCH_DTYPES}:
+    parser.error(f'--dispatch-dtypes: valid values are {", ".join(moe.DISPATCH_DTYPES)}')
   if args.steps < 1 or args.per_device_batch < 1 or args.num_experts < 1:
     parser.error('--steps, --per-device-batch and --num-experts must be >= 1')
   return args
@@ -159,12 +170,18 @@ def parse_args(argv=None):
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   rows = []
-  for router in args.routers:   # One compiled step alive at a time (L/16 on a 24 GiB host).
+  grid = [(router, dispatch) for router in args.routers
+          for dispatch in ([None] if router == paper_step.DENSE else args.dispatch_dtypes)]
+  for router, dispatch in grid:   # One compiled step alive at a time (L/16 on a 24 GiB host).
+    overrides = {'moe.dispatch_dtype': dispatch} if dispatch else {}
     stepper = paper_step.Stepper(args.arch, router, args.dtype, args.per_device_batch,
-                                 args.num_experts, False, compiler_options=TRACE_OPTIONS)
-    rows.append(profile_row(stepper, args.steps, args.top))
+                                 args.num_experts, False, compiler_options=TRACE_OPTIONS,
+                                 overrides=overrides)
+    rows.append({**profile_row(stepper, args.steps, args.top),
+                 'dispatch_dtype': stepper.fields['dispatch_dtype']})
     del stepper
-    print(json.dumps({k: rows[-1][k] for k in ('router', 'step_ms', 'op_ms', 'components')}),
+    print(json.dumps({k: rows[-1][k] for k in ('router', 'dispatch_dtype', 'step_ms', 'op_ms',
+                                                'components')}),
           flush=True)
   atomic.write_json(args.out, {
       'machine': moe_layer.machine(),

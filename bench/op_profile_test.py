@@ -67,6 +67,7 @@ def test_profile_row_attributes_every_traced_op_to_its_instruction():
   # Every op of this function is outside a model: one component holds all the op time.
   assert list(row['components']) == ['update_and_loss']
   assert row['components']['update_and_loss'] == row['op_ms'] > 0
+  assert row['top_routing_ops'] == []      # No router here.
   assert row['step_ms'] > 0 and row['first_step_ms'] > 0 and row['minor_faults_per_step'] >= 0
 
 
@@ -78,8 +79,15 @@ def test_add_extra_subtracts_the_dense_rows_components():
   assert list(extra) == ['forward/experts', 'mixup', 'forward/mlp']
 
 
-def test_bad_router_exits_2(capsys):
+@pytest.mark.parametrize('flag', ['--routers=dense,nope', '--dispatch-dtypes=float32,float16'])
+def test_bad_values_exit_2(flag, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    op_profile.parse_args(['--routers', 'dense,nope'])
+    op_profile.parse_args([flag])
   assert exit_info.value.code == 2
   assert 'valid values' in capsys.readouterr().err
+
+
+def test_dispatch_dtypes_default_to_the_configs():
+  assert op_profile.parse_args([]).dispatch_dtypes == [None]
+  assert op_profile.parse_args(['--dispatch-dtypes', 'float32,bfloat16']).dispatch_dtypes == [
+      'float32', 'bfloat16']

@@ -122,13 +122,15 @@ def on_cpu() -> bool:
 
 
 def paper_experiment(arch: str, router: str, dtype: str, per_device_batch: int,
-                     num_experts: int, remat: bool):
+                     num_experts: int, remat: bool, overrides: dict | None = None):
   """The paper config of arch x router at c = 1, at `per_device_batch` images on every device, on
-  the configs' mesh (mesh.expert = -1: gcd(devices, E), the reference's)."""
+  the configs' mesh (mesh.expert = -1: gcd(devices, E), the reference's), with `overrides`
+  ({'dotted.key': value}, as --config.dotted.key=value) set last."""
   config = common.get_paper_config(arch, router, 'c=1')
   num_devices = jax.device_count()
   common.override(config, {
-      'batch_size': per_device_batch * num_devices, 'model.dtype': dtype, 'model.remat': remat})
+      'batch_size': per_device_batch * num_devices, 'model.dtype': dtype, 'model.remat': remat,
+      **(overrides or {})})
   if router != DENSE:
     config.moe.num_experts = num_experts
   return experiment_parser.parse(config)
@@ -138,8 +140,9 @@ class Stepper:
   """The compiled step of one row; `load` makes its state and batch, each call runs one step."""
 
   def __init__(self, arch, router, dtype, per_device_batch, num_experts, remat,
-               compiler_options: dict | None = None):
-    self.experiment = paper_experiment(arch, router, dtype, per_device_batch, num_experts, remat)
+               compiler_options: dict | None = None, overrides: dict | None = None):
+    self.experiment = paper_experiment(arch, router, dtype, per_device_batch, num_experts, remat,
+                                       overrides)
     self.setup = setup_lib.build(self.experiment)
     self.compiled = self.setup.compile(compiler_options)
     memory = self.compiled.memory_analysis()

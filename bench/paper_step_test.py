@@ -188,3 +188,11 @@ def test_every_round_warms_its_fresh_state_before_the_timed_steps():
   first_round = ['load'] + ['step'] * 5 + ['update'] * 4 + ['unload']
   second_round = ['load'] + ['step'] * 5 + ['update'] * 3 + ['unload']
   assert stepper.log == first_round + second_round
+
+
+def test_overrides_are_set_last():
+  default = paper_step.paper_experiment('B/32', 'soft_moe', 'float32', 8, 4, False)
+  overridden = paper_step.paper_experiment('B/32', 'soft_moe', 'float32', 8, 4, False,
+                                           {'moe.dispatch_dtype': 'float32'})
+  assert (default.moe.dispatch_dtype, overridden.moe.dispatch_dtype) == ('bfloat16', 'float32')
+  assert overridden.batch_size == 8 * jax.device_count() and overridden.moe.num_experts == 4
