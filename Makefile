@@ -68,6 +68,8 @@ bench: install
 	  --out bench/results/op_profile_l16.json
 	$(PY) -m bench.op_profile --arch B/32 --routers dense,softmax_tc,soft_moe --per-device-batch 128 \
 	  --dispatch-dtypes bfloat16,float32 --out bench/results/op_profile_b32_batch128.json
+	$(PY) -m bench.moe_layer --all --routers softmax_tc soft_moe --groups 16 --experts 4 \
+	  --capacities 1 --group-sizes 400 --out bench/results/moe_layer_b32_e4.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
