@@ -66,8 +66,8 @@ def component(op_name: str) -> str:
   'forward/other' (embedding, head), or outside the model 'mixup' and 'update_and_loss'."""
   if MODEL not in op_name:
     return 'mixup' if '_dirichlet' in op_name or '_gamma' in op_name else 'update_and_loss'
-  direction = 'backward' if op_name.find('transpose(') < op_name.find(MODEL) and (
-      'transpose(' in op_name) else 'forward'
+  # The backward pass is JAX's transpose of the model's linearised forward: transpose(jvp(...)).
+  direction = 'backward' if 'transpose(' in op_name[:op_name.find(MODEL)] else 'forward'
   part = next((name for key, name in MODEL_PARTS if key in op_name), 'other')
   return f'{direction}/{part}'
 

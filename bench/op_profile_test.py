@@ -24,6 +24,9 @@ def test_instructions_maps_names_to_shape_and_op_name():
     ('jit(mixup_step)/transpose(jvp(VisionTransformer))/block_03/moe/experts/dot_general',
      'backward/experts'),
     ('jit(mixup_step)/jvp(VisionTransformer)/block_01/moe/vmap()/gather', 'forward/dispatch_combine'),
+    # A transpose inside the model's forward pass is not the backward pass.
+    ('jit(mixup_step)/jvp(VisionTransformer)/block_11/moe/transpose(jvp())/x',
+     'forward/dispatch_combine'),
     ('jit(mixup_step)/transpose(jvp(VisionTransformer))/block_00/attention/query/dot_general',
      'backward/attention'),
     ('jit(mixup_step)/jvp(VisionTransformer)/block_00/mlp/fc1/dot_general', 'forward/mlp'),
