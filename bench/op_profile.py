@@ -27,12 +27,9 @@ import glob
 import json
 import re
 import resource
-import statistics
 import sys
 import tempfile
-import time
 
-import jax
 from jax import profiler
 
 from base import atomic
@@ -89,17 +86,12 @@ def profile_row(stepper, steps: int, top: int) -> dict:
   known = instructions(stepper.compiled.as_text())
   stepper.load()
   first = resource.getrusage(resource.RUSAGE_SELF)
-  start = time.perf_counter()
-  jax.block_until_ready(stepper())    # Untraced: the first step on a fresh state.
-  first_step_ms = (time.perf_counter() - start) * 1e3
+  # Untraced: the first step on a fresh state.
+  first_step_ms = moe_layer.time_ms(stepper, warmup=0, repeats=1)
   with tempfile.TemporaryDirectory() as log_dir:
     before = resource.getrusage(resource.RUSAGE_SELF)
-    wall_ms = []
     with profiler.trace(log_dir):
-      for _ in range(steps):
-        start = time.perf_counter()
-        jax.block_until_ready(stepper())
-        wall_ms.append((time.perf_counter() - start) * 1e3)
+      step_ms = moe_layer.time_ms(stepper, warmup=0, repeats=steps)
     after = resource.getrusage(resource.RUSAGE_SELF)
     path = glob.glob(f'{log_dir}/**/*.xplane.pb', recursive=True)[0]
     op_ns = op_nanoseconds(path, known)
@@ -113,7 +105,7 @@ def profile_row(stepper, steps: int, top: int) -> dict:
   fields = stepper.fields
   return {
       **{k: fields[k] for k in ('arch', 'router', 'dtype', 'per_device_batch', 'num_experts')},
-      'step_ms': round(statistics.median(wall_ms), 3), 'op_ms': per_step(sum(op_ns.values())),
+      'step_ms': round(step_ms, 3), 'op_ms': per_step(sum(op_ns.values())),
       'components': {name: per_step(ns) for name, ns in components.most_common()},
       'top_ops': [describe(name, ns) for name, ns in op_ns.most_common(top)],
       'top_routing_ops': [describe(name, ns) for name, ns in op_ns.most_common()

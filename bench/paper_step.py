@@ -191,8 +191,8 @@ def interleaved_ms(steppers: list, rounds: int, steps: int, warmup: int):
   fresh state, and its optimizer update alone (ms); the steppers visited in turn every round, one
   loaded at a time. Every round runs `warmup` untimed steps on its fresh state before the timed
   ones (the first of them is `first`): on XLA:CPU the first step after a state is made pays for
-  faulting in the memory its buffers and temporaries take (L/16 softmax_tc, 8 images: 22-29 s
-  against 15 s, bench/op_profile.py's notes in the README)."""
+  faulting in the memory its buffers and temporaries take (bench/op_profile.py measures it:
+  first_step_ms against step_ms in bench/results/op_profile_l16.json)."""
   round_ms = [[] for _ in steppers]
   first_ms = [[] for _ in steppers]
   update_ms = [[] for _ in steppers]
@@ -334,9 +334,13 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   args.archs, args.routers, args.dtypes = (
       [v for v in text.split(',') if v] for text in (args.archs, args.routers, args.dtypes))
-  for name, values, valid in (('--archs', args.archs, ARCHS), ('--dtypes', args.dtypes, DTYPES)):
+  for name, values, valid in (('--archs', args.archs, ARCHS), ('--routers', args.routers, ROUTERS),
+                              ('--dtypes', args.dtypes, DTYPES)):
     if not set(values) <= set(valid):
       parser.error(f'{name}: valid values are {", ".join(valid)}')
+  if min(args.rounds, args.steps, args.per_device_batch, args.num_experts) < 1 or args.warmup < 0:
+    parser.error('--rounds, --steps, --per-device-batch and --num-experts must be >= 1, and '
+                 '--warmup >= 0')
   return args
 
 

@@ -196,3 +196,12 @@ def test_overrides_are_set_last():
                                            {'moe.dispatch_dtype': 'float32'})
   assert (default.moe.dispatch_dtype, overridden.moe.dispatch_dtype) == ('bfloat16', 'float32')
   assert overridden.batch_size == 8 * jax.device_count() and overridden.moe.num_experts == 4
+
+
+@pytest.mark.parametrize('flag', ['--rounds=0', '--steps=0', '--warmup=-1', '--per-device-batch=0',
+                                  '--routers=dense,nope'])
+def test_bad_flags_exit_2_before_anything_compiles(flag, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    paper_step.parse_args([flag])
+  assert exit_info.value.code == 2
+  assert '--' in capsys.readouterr().err.splitlines()[-1]
