@@ -1,0 +1,131 @@
+"""docs/fidelity.md checks itself: every pytest node it names exists.
+
+The table's last column names the tests that fail if a default changes, as `path::test_name`
+nodes (a `::test_name` after a full node in the same cell or deviation entry is a second test of
+that file). A renamed or moved test would leave the table pointing at nothing, so this test
+parses each named file with `ast` (it imports nothing) and fails on a node that defines no such
+test function; a parametrised test counts by its function name. A row whose pinning cell names
+no node must say "value none — not pinned", the table's only other form.
+"""
+import ast
+import functools
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / 'docs' / 'fidelity.md'
+# A backticked node: an optional path ending in .py, '::', a function name, an optional [id].
+NODE = re.compile(r'`(?P<path>[\w./-]+\.py)?::(?P<name>\w+)(?:\[[^\]`]*\])?`')
+NOT_PINNED = 'value none — not pinned'
+CELL_SEPARATOR = re.compile(r'(?<!\\)\|')       # The table escapes a '|' inside a cell as '\|'.
+
+
+def units(text: str):
+  """The doc cut where a shorthand node resolves: each table row's cells, and each paragraph or
+  list item of the prose. Yields (line number, is a table row, [units of that line or block])."""
+  block, start = [], 0
+  for number, line in enumerate(text.splitlines(), 1):
+    if line.startswith('|'):
+      yield number, True, CELL_SEPARATOR.split(line.strip().strip('|'))
+      continue
+    if not line.strip() or re.match(r'\s*- ', line):
+      if block:
+        yield start, False, [' '.join(block)]
+      block, start = [], number
+    if line.strip():
+      block.append(line)
+  if block:
+    yield start, False, [' '.join(block)]
+
+
+def nodes(unit: str):
+  """The (path, name) nodes of one unit, each `::name` shorthand resolved against the full node
+  before it; a shorthand with none before it fails."""
+  path = None
+  for match in NODE.finditer(unit):
+    path = match['path'] or path
+    assert path, f'{match[0]} has no file before it in: {unit[:120]}'
+    yield path, match['name']
+
+
+@functools.cache
+def functions(path: str) -> frozenset:
+  """Names of the functions a test file defines, at module level or in a class."""
+  tree = ast.parse((ROOT / path).read_text(), filename=path)
+  return frozenset(node.name for node in ast.walk(tree)
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def table_rows(text: str):
+  """(line number, cells) of the table's data rows (after its header and '---' lines)."""
+  for number, is_table, cells in units(text):
+    if is_table and not set(cells[0].strip()) <= set('- ') and cells[0].strip() != 'item':
+      yield number, cells
+
+
+def missing_nodes(text: str) -> list:
+  """Named nodes whose file does not exist or defines no such function, one message each."""
+  missing = []
+  for number, _, parts in units(text):
+    for part in parts:
+      for path, name in nodes(part):
+        if not (ROOT / path).is_file():
+          missing.append(f'line {number}: {path} does not exist')
+        elif name not in functions(path):
+          missing.append(f'line {number}: {path} defines no {name}')
+  return missing
+
+
+def unpinned_rows(text: str) -> list:
+  """Table rows whose pinning cell names no node and does not say NOT_PINNED, or that do not
+  have the table's five cells."""
+  wrong = []
+  for number, cells in table_rows(text):
+    if len(cells) != 5:
+      wrong.append(f'line {number}: {len(cells)} cells, the table has 5')
+    elif not (list(nodes(cells[-1])) or NOT_PINNED in cells[-1]):
+      wrong.append(f'line {number} ({cells[0].strip()}): its pinning cell names no test node '
+                   f'(`path::test_name`) and does not say "{NOT_PINNED}"')
+  return wrong
+
+
+def test_every_named_node_exists():
+  text = DOC.read_text()
+  named = sum(len(list(nodes(part))) for _, _, parts in units(text) for part in parts)
+  assert named > 100, f'only {named} nodes parsed: has the table format changed?'
+  missing = missing_nodes(text)
+  assert not missing, '\n'.join(missing)
+
+
+def test_every_row_names_a_test_or_says_it_is_not_pinned():
+  text = DOC.read_text()
+  assert len(list(table_rows(text))) > 40, 'too few rows parsed: has the table format changed?'
+  wrong = unpinned_rows(text)
+  assert not wrong, '\n'.join(wrong)
+
+
+def test_the_checks_catch_a_moved_test_and_an_unpinned_row():
+  this = 'docs/fidelity_test.py'
+  text = '\n'.join([
+      '| item | paper | reference | project | pinning test |',
+      '| --- | --- | --- | --- | --- |',
+      f'| a | b | c | d | `{this}::test_every_named_node_exists` and `::no_such_test` |',
+      '| e | f | g | h | mechanism only |',
+      '| i | j | k | l | value none — not pinned |',
+      '',
+      '- **D1.** Pinned by `vmoe/moved_test.py::test_gone`.'])
+  assert missing_nodes(text) == [f'line 3: {this} defines no no_such_test',
+                                 'line 7: vmoe/moved_test.py does not exist']
+  assert unpinned_rows(text) == [
+      f'line 4 (e): its pinning cell names no test node (`path::test_name`) and does not say '
+      f'"{NOT_PINNED}"']
+
+
+def test_the_parser_reads_the_forms_the_table_uses():
+  cell = ('mechanism `vmoe/a_test.py::test_one` and `::test_two`; value '
+          '`configs/b_test.py::test_three[b32]`')
+  assert list(nodes(cell)) == [('vmoe/a_test.py', 'test_one'), ('vmoe/a_test.py', 'test_two'),
+                               ('configs/b_test.py', 'test_three')]
+  row = '| **Data:** x | not stated | `a\\|b` | c | `d_test.py::test_d` |'
+  (_, is_table, cells), = units(row)
+  assert is_table and len(cells) == 5 and list(nodes(cells[-1])) == [('d_test.py', 'test_d')]
