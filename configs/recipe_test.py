@@ -33,6 +33,8 @@ SHARED_RECIPE = {
     'model.pool': 'tok',                       # classifier='token'.
     'model.dropout_rate': 0.0,
     'model.image_size': 224, 'model.channels': 3,
+    'model.patch_size': None,                  # From the variant: 32 or 16.
+    'data.num_classes': 21_843, 'model.num_classes': 21_843,   # NUM_CLASSES (fidelity D2).
     'moe.every': 2, 'moe.num_experts': 32, 'moe.group_size': 8,
     'moe.expert_init': 'shared',               # split_rngs=False: one init for every expert.
     'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/moe_test.py).
@@ -47,6 +49,7 @@ SHARED_RECIPE = {
     'fewshot.seeds': 3,                        # Project: 3 draws of the shots (fidelity D13).
     'fewshot.l2_grid_min_log2': -10, 'fewshot.l2_grid_max_log2': 19,
     'fewshot.every_steps': 25_000, 'fewshot.batch_size': 4096,
+    'fewshot.data_dir': None, 'fewshot.manual_dirs': {'imagenet2012': None},   # Infrastructure.
     'seed': 0,
     'log_every_steps': 100,
     # keep: 2, where V-MoE's keep_last is 1: a deliberate deviation, so that a corrupt newest
@@ -75,6 +78,7 @@ def test_every_paper_config_has_the_reference_recipe(arch, router):
   found = {key: lookup(config, key) for key in SHARED_RECIPE}
   found['fewshot.datasets'] = {k: tuple(v) for k, v in found['fewshot.datasets'].items()}
   found['fewshot.shots'] = tuple(found['fewshot.shots'])
+  found['fewshot.manual_dirs'] = dict(found['fewshot.manual_dirs'])
   assert found == SHARED_RECIPE
   assert config.schedule.peak_lr == PEAK_LR[arch]
   assert config.moe.router.name == router
@@ -98,10 +102,9 @@ def test_the_shared_recipe_is_the_one_common_builds():
   walk(config, '')
   # Keys pinned elsewhere (configs/configs_test.py: presets, capacities, pp, steps), set per
   # config, or infrastructure paths.
-  elsewhere = {'config_arg', 'num_train_steps', 'schedule.peak_lr', 'data.num_classes',
+  elsewhere = {'config_arg', 'num_train_steps', 'schedule.peak_lr',
                'data.pp_train', 'data.pp_eval', 'data.train_images', 'fewshot.pp',
-               'fewshot.data_dir', 'fewshot.manual_dirs', 'model.variant', 'model.num_classes',
-               'model.patch_size', 'moe.router.name', 'moe.router.capacity_factor',
+               'model.variant', 'moe.router.name', 'moe.router.capacity_factor',
                'moe.router.noise_std', 'moe.router.importance_loss_weight',
                'moe.router.load_loss_weight', 'moe.router.sparsity_steps',
                'moe.router.sparsity_warm_start', 'moe.router.sparsity_memory',

@@ -23,8 +23,12 @@ def test_every_op_keeps_shape_and_dtype(channels):
 
 
 def test_reference_op_list():
-  assert len(randaug.OPS) == 16
-  assert list(randaug.OPS)[:3] == ['AutoContrast', 'Equalize', 'Invert']
+  # autoaugment.py distort_image_with_randaugment's `available_ops`, in its order: a layer draws
+  # an index into this list, so the order is part of the recipe.
+  assert list(randaug.OPS) == [
+      'AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'Solarize', 'Color',
+      'Contrast', 'Brightness', 'Sharpness', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY',
+      'Cutout', 'SolarizeAdd']
 
 
 def test_pixel_ops_hand_worked():

@@ -185,6 +185,28 @@ def test_soft_moe_phi_has_the_reference_fan_in():
   np.testing.assert_allclose(float(jnp.var(phi)), 1 / (8 * 64), rtol=5 * np.sqrt(2 / phi.size))
 
 
+def test_sparse_router_kernel_is_bias_free_lecun_normal():
+  # V-MoE's routers (vmoe/nn/routing.py): a bias-free Dense with flax's default kernel_init,
+  # lecun_normal = variance_scaling(1, fan_in, truncated_normal): draws z ~ N(0, 1) cut at |z| < 2,
+  # scaled by s = sqrt(1 / D) / 0.87962566 (the std of the cut normal), so Var(W) = 1 / D exactly
+  # and |W| < 2 s = 2.27 / sqrt(D). With D = 64, E = 32: n = 2048 draws, Var 1 / 64; the sample
+  # variance errs by less than sqrt(2 / n) = 0.031 relative (the cut normal's kurtosis is below
+  # 3), so 5 of those (0.16) exclude Xavier (2 / (D + E) = 1 / 48, 33% more) and He (1 / 32).
+  # The bound 2.27 / sqrt(D) excludes an uncut normal (2.3% of its draws lie beyond it, about 47
+  # of 2048); reaching past sqrt(3 / D) excludes lecun_uniform (8.6% of the cut normal's draws do).
+  # Every sparse router shares this parameter (test_router_parameters_and_outputs: tree
+  # {'kernel'} for each).
+  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1)
+  x = jnp.zeros((1, 32, 64))                                       # S = 32, D = 64.
+  params = router_lib.Router(config, num_experts=32).init(jax.random.PRNGKey(0), x, train=False)[
+      'params']
+  assert set(params) == {'kernel'}                                  # No bias.
+  kernel = np.asarray(params['kernel'])
+  assert kernel.shape == (64, 32)
+  np.testing.assert_allclose(kernel.var(), 1 / 64, rtol=5 * np.sqrt(2 / kernel.size))
+  assert np.sqrt(3 / 64) < np.abs(kernel).max() < 2 / 0.87962566 / np.sqrt(64)
+
+
 def solver_metrics(x_by_token, kernel_row, steps=5):
   """The sparsity_ec Router's solver metrics on G = 3 groups of 4 tokens whose logits are
   x_by_token[t] * kernel_row (D = 8, only feature 0 nonzero), E = 2, c = 1 (C = 2)."""
