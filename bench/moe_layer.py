@@ -11,7 +11,8 @@ Besides the router names of vmoe.routing.router.ROUTERS, --router accepts the ba
                     tokens: the floor of the Soft MoE layer (its routing, dispatch and combine
                     removed);
 and --dispatch einsum runs a sparse router with the dense one-hot einsum dispatch/combine instead
-of gather/scatter (the `einsum` baseline).
+of gather/scatter (the `einsum` baseline). --dispatch-dtype bfloat16 runs the MoE layers with the
+paper configs' moe.dispatch_dtype (default float32, in which the committed results were made).
 
 `--all --out FILE` (what `make bench` runs, with --groups 16: 128 images per device, the V-MoE
 recipe's per-core batch of 4096 images on a TPUv3-32) times every paper router, with both
@@ -178,7 +179,8 @@ def build(args):
     # As in the model: a group is IMAGES_PER_GROUP images (S = 8 x 50 or 8 x 197 tokens), which
     # the sparse routers route together and Soft MoE routes image by image (T = 50 or 197).
     module = moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
-                        dispatch=args.dispatch, experts_class=experts)
+                        dispatch=args.dispatch, experts_class=experts,
+                        dispatch_dtype=moe.buffer_dtype(jnp.float32, args.dispatch_dtype))
     module = ImageGroups(module)
   params = module.init(jax.random.PRNGKey(1), x, train=False)
   rngs = {'gating': jax.random.PRNGKey(2)}
@@ -239,7 +241,9 @@ def compile_row(args) -> CompiledRow:
 
 
 def row_fields(args) -> dict:
-  return {'router': args.router, 'dispatch': 'indices' if args.router in BASELINES else args.dispatch,
+  baseline = args.router in BASELINES
+  return {'router': args.router, 'dispatch': 'indices' if baseline else args.dispatch,
+          'dispatch_dtype': None if baseline else args.dispatch_dtype,
           'groups': args.groups, 'group_size': args.group_size, 'dim': args.dim,
           'mlp_dim': args.mlp_dim or 4 * args.dim, 'experts': args.experts,
           'capacity': args.capacity, 'expert_shards': args.expert_shards,
@@ -355,6 +359,9 @@ def main(argv=None):
   parser.add_argument('--router', default='softmax_ec',
                       help=f'one of {sorted(router_lib.ROUTERS)} or {list(BASELINES)}')
   parser.add_argument('--dispatch', default='indices', choices=('indices', 'einsum'))
+  parser.add_argument('--dispatch-dtype', default='float32', choices=tuple(moe.DISPATCH_DTYPES),
+                      help="the MoE layers' moe.dispatch_dtype (the paper configs': bfloat16); "
+                           'the baselines run in float32')
   parser.add_argument('--groups', type=int, default=8)
   parser.add_argument('--group-size', type=int, default=GROUP_SIZES[0])
   parser.add_argument('--dim', type=int, default=768)

@@ -11,12 +11,15 @@ from vmoe import moe
 from vmoe.routing import router as router_lib
 
 
-def test_one_row_at_a_tiny_shape(capsys):
+@pytest.mark.parametrize('dispatch_dtype', ['float32', 'bfloat16'])
+def test_one_row_at_a_tiny_shape(capsys, dispatch_dtype):
   router, dispatch = 'soft_moe', 'indices'
   moe_layer.main(['--router', router, '--dispatch', dispatch, '--groups', '2', '--group-size',
-                  '16', '--dim', '8', '--experts', '4', '--repeats', '1', '--warmup', '1', '--json'])
+                  '16', '--dim', '8', '--experts', '4', '--repeats', '1', '--warmup', '1', '--json',
+                  '--dispatch-dtype', dispatch_dtype])
   row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
   assert row['router'] == router and row['forward_ms'] > 0 and row['forward_backward_ms'] > 0
+  assert row['dispatch_dtype'] == dispatch_dtype
 
 
 def test_shapes_are_the_models_token_counts():
