@@ -25,6 +25,7 @@ from vmoe.routing import router as router_lib
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
                for router in router_lib.PAPER_ROUTERS]
+DENSE_FILES = [f'{arch}_dense' for arch in ('b32', 'b16', 'l16')]   # The baselines.
 LIBRARY_FILES = {'__init__', 'batches', 'cli', 'common', 'experiment'}
 
 
@@ -52,7 +53,19 @@ def build_abstract(config) -> dict:
 def test_the_config_files_are_the_papers_18_and_tiny():
   names = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIG_DIR, '*.py'))}
   names -= LIBRARY_FILES | {n for n in names if n.endswith('_test')}
-  assert names == set(PAPER_FILES) | {'tiny'}
+  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny'}
+
+
+@pytest.mark.parametrize('name', DENSE_FILES)
+def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
+  config = load(name)
+  routed = load(name.replace('dense', 'softmax_tc')).to_dict()
+  differences = {k for k in config.to_dict() if config.to_dict()[k] != routed[k]}
+  assert differences == {'moe'}     # Same recipe, data, model, evaluation and mesh.
+  assert config.moe.num_experts == 0 and config.moe.router.name == common.DENSE
+  assert parse(config).router_name == common.DENSE
+  params = build_abstract(config)
+  assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())
 
 
 @pytest.mark.parametrize('name', PAPER_FILES)

@@ -1,23 +1,30 @@
-"""One architecture's grid of paper runs, one after another, resumable.
+"""One architecture's grid of runs, one or a few at a time, resumable.
 
   python -m launch.sweep --arch b32 --workdir-root workdirs [--seeds 1] [--include-ablation]
+                         [--routers dense,softmax_tc] [--capacities 1] [--jobs 2]
                          [--dry-run] [--config.KEY=VALUE ...]
 
-The grid (paper Sec. 4.1): the six routers x capacity c in {1, 2} (k for token choice), 12 runs;
-with --include-ablation also Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the
-paper's Figure 3). Seeds 0..N-1 with --seeds N, seed by seed. Each run is one command,
+The grid (paper Sec. 4.1): the dense ViT baseline (`dense`: the same model with dense MLPs), then
+the six routers x capacity c in {1, 2} (k for token choice), 13 runs; with --include-ablation also
+Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the paper's Figure 3). --routers and
+--capacities keep part of it. Seeds 0..N-1 with --seeds N, seed by seed. Each run is one command,
   .venv/bin/python main.py --config=configs/b32_sinkhorn_tc.py:c=2 \\
       --workdir=workdirs/b32/sinkhorn_tc_c2_nosmc_s1 \\
       --config.moe.router.softmax_combine=False --config.seed=1
-(tiny: --config=configs/tiny.py:router=sinkhorn_tc,c=2), run from the repository root. Extra
---config.KEY=VALUE arguments (e.g. --config.mesh.expert=32 on a TPU v3-32) go to every run.
+(tiny: --config=configs/tiny.py:router=sinkhorn_tc,c=2; the baseline: configs/b32_dense.py or
+configs/tiny.py:router=dense), run from the repository root. Extra --config.KEY=VALUE arguments
+(e.g. --config.mesh.expert=32 on a TPU v3-32) go to every run.
+
+--jobs N runs up to N runs at once, in grid order: on a small model a run cannot keep every core
+busy (its steps are short and its evaluations serial), so two runs on a 2-core CPU finish sooner
+than one after the other. A run's results do not depend on what runs beside it.
 
 Resumable: a run whose workdir holds summary.json (the trainer writes it atomically as its last
 act) is skipped, so a killed sweep, rerun, starts no finished run again; an unfinished run starts
 again and the trainer resumes it from its newest checkpoint. Each run's output goes to
 WORKDIR/sweep.log (appended, one header per attempt). A failing run is reported with the end of
 its log and the sweep goes on; the exit status is 1 if any run failed. Ctrl-C reaches the running
-trainer too (same process group): the sweep waits for it to checkpoint and exit, then stops.
+trainers too (same process group): the sweep waits for them to checkpoint and exit, then stops.
 """
 import argparse
 import dataclasses
@@ -31,59 +38,87 @@ from typing import Callable, Sequence, TextIO
 
 from results import paper
 from vmoe import run_protocol
+from vmoe.routing import names as router_names
 
 ARCHS = ('b32', 'b16', 'l16', 'tiny')
+DENSE = router_names.DENSE
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
 LOG_TAIL_LINES = 20
+POLL_SECONDS = 0.2
+# The line a finished run's sweep.log ends with: its wall-clock time and how many runs ran at once.
+FINISHED_LINE = '=== finished in {seconds:.1f} s with --jobs {jobs}\n'
+FINISHED_LINE_RE = r'=== finished in ([0-9.]+) s with --jobs ([0-9]+)'
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
-  """One cell of the grid."""
+class GridRun:
+  """One cell of the grid: a router at a capacity (None for the dense baseline) and a seed."""
   arch: str
   router: str
-  capacity: int
+  capacity: int | None
   seed: int = 0
   softmax_combine: bool = True
 
   @property
   def name(self) -> str:
-    """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2'."""
-    return (f'{self.router}_c{self.capacity}' + ('' if self.softmax_combine else '_nosmc') +
+    """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2', 'dense', 'dense_s1'."""
+    cell = DENSE if self.router == DENSE else f'{self.router}_c{self.capacity}'
+    return (cell + ('' if self.softmax_combine else '_nosmc') +
             (f'_s{self.seed}' if self.seed else ''))
 
   def workdir(self, root: str) -> str:
     return os.path.join(root, self.arch, self.name)
 
 
-CommandFn = Callable[[Run, str], list[str]]
+CommandFn = Callable[[GridRun, str], list[str]]
 
 
-def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False) -> list[Run]:
-  """The runs of one architecture: per seed, the c = 1 block, the c = 2 block, the ablation."""
+def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
+              routers: Sequence[str] | None = None,
+              capacities: Sequence[int] | None = None) -> list[GridRun]:
+  """The runs of one architecture: per seed, dense, the c = 1 block, the c = 2 block, the ablation.
+
+  routers / capacities (None: all) keep the runs of those routers ('dense' included) and those
+  capacities (the dense baseline has none, and is kept whatever the capacities).
+  """
   if arch not in ARCHS:
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
+  valid = (DENSE,) + paper.ROUTERS
+  unknown = sorted(set(routers or ()) - set(valid))
+  if unknown:
+    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {", ".join(valid)}.')
+  unknown = sorted(set(capacities or ()) - set(paper.CAPACITIES))
+  if unknown:
+    raise ValueError(f'unknown capacities {unknown}; the paper\'s grid has '
+                     f'{", ".join(map(str, paper.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
-    runs += [Run(arch, router, c, seed) for c in paper.CAPACITIES for router in paper.ROUTERS]
+    runs.append(GridRun(arch, DENSE, None, seed))
+    runs += [GridRun(arch, router, c, seed) for c in paper.CAPACITIES for router in paper.ROUTERS]
     if include_ablation:
-      runs += [Run(arch, ABLATION_ROUTER, c, seed, softmax_combine=False)
+      runs += [GridRun(arch, ABLATION_ROUTER, c, seed, softmax_combine=False)
                for c in paper.CAPACITIES]
-  return runs
+  return [r for r in runs
+          if (routers is None or r.router in routers) and
+          (capacities is None or r.capacity is None or r.capacity in capacities)]
 
 
-def config_arg(run: Run) -> str:
-  """The --config value: 'configs/b32_soft_moe.py:c=2' or 'configs/tiny.py:router=soft_moe,c=2'."""
+def config_arg(run: GridRun) -> str:
+  """The --config value: 'configs/b32_soft_moe.py:c=2', 'configs/b32_dense.py',
+  'configs/tiny.py:router=soft_moe,c=2' or 'configs/tiny.py:router=dense'."""
   if run.arch == 'tiny':
-    return f'configs/tiny.py:router={run.router},c={run.capacity}'
+    return ('configs/tiny.py:router=dense' if run.router == DENSE else
+            f'configs/tiny.py:router={run.router},c={run.capacity}')
+  if run.router == DENSE:
+    return f'configs/{run.arch}_dense.py'
   return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
 
 
-def main_py_command(run: Run, workdir: str, python: str = DEFAULT_PYTHON) -> list[str]:
+def main_py_command(run: GridRun, workdir: str, python: str = DEFAULT_PYTHON) -> list[str]:
   """The trainer's command line for `run` (the default command template)."""
   command = [python, 'main.py', f'--config={config_arg(run)}', f'--workdir={workdir}']
   if not run.softmax_combine:
@@ -93,22 +128,13 @@ def main_py_command(run: Run, workdir: str, python: str = DEFAULT_PYTHON) -> lis
   return command
 
 
-def execute(command: Sequence[str], log_path: str) -> int:
-  """Runs `command` with stdout and stderr appended to `log_path`; returns its exit status.
-
-  On Ctrl-C (which the child receives too) waits for the child to finish its own shutdown
-  before re-raising, so the trainer's interrupt checkpoint is not cut short.
-  """
+def start(command: Sequence[str], log_path: str) -> subprocess.Popen:
+  """Starts `command` with stdout and stderr appended to `log_path` (under a dated header)."""
   with open(log_path, 'a', encoding='utf-8') as log:
     log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} {shlex.join(command)}\n')
     log.flush()
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
-    try:
-      return process.wait()
-    except KeyboardInterrupt:
-      process.wait()
-      raise
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
@@ -117,49 +143,82 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return ''.join('    ' + line for line in f.readlines()[-lines:])
 
 
-def run_sweep(runs: Sequence[Run], root: str, command: CommandFn = main_py_command, *,
-              dry_run: bool = False, out: TextIO | None = None) -> int:
-  """Runs every unfinished run in order; returns 0, 1 (some run failed) or 130 (interrupted:
-  Ctrl-C, or a trainer that exited 130 after checkpointing on SIGINT/SIGTERM)."""
+def _outcome(status: int, workdir: str) -> str | None:
+  """None if the run finished, 'interrupted', or why it failed."""
+  if status in (run_protocol.INTERRUPTED, -signal.SIGINT):   # Trainer stopped by Ctrl-C / SIGINT.
+    return 'interrupted'
+  finished = os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE))
+  if status == 0 and finished:
+    return None
+  if status > 0:
+    return f'exit status {status}'
+  if status < 0:
+    return f'killed by signal {-status}'
+  return f'exited 0 without writing {run_protocol.SUMMARY_FILE}'
+
+
+def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_command, *,
+              jobs: int = 1, dry_run: bool = False, out: TextIO | None = None) -> int:
+  """Runs every unfinished run, up to `jobs` at once, in order; returns 0, 1 (some run failed)
+  or 130 (interrupted: Ctrl-C, or a trainer that exited 130 after checkpointing on
+  SIGINT/SIGTERM; no further run starts, and the running ones are waited for)."""
+  if jobs < 1:
+    raise ValueError(f'--jobs must be >= 1, got {jobs}.')
   failed, ran, skipped = [], 0, 0
   say = lambda text: print(text, file=out or sys.stdout, flush=True)
-  for i, run in enumerate(runs, 1):
-    workdir = run.workdir(root)
-    tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
-    if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
-      say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
-      skipped += 1
-      continue
-    argv = command(run, workdir)
-    if dry_run:
-      say(f'{tag}: {shlex.join(argv)}')
-      continue
-    os.makedirs(workdir, exist_ok=True)
-    log_path = os.path.join(workdir, LOG_FILE)
-    say(f'{tag}: running, log {log_path}')
-    start = time.perf_counter()
-    try:
-      status = execute(argv, log_path)
-    except KeyboardInterrupt:
-      say(f'{tag}: interrupted; rerun the same command to resume (finished runs are skipped).')
-      return run_protocol.INTERRUPTED
-    ran += 1
-    elapsed = time.perf_counter() - start
-    if status in (run_protocol.INTERRUPTED, -signal.SIGINT):   # Trainer stopped by Ctrl-C / SIGINT.
-      say(f'{tag}: interrupted (exit status {status}); rerun the same command to resume.')
-      return run_protocol.INTERRUPTED
-    if status == 0 and os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
-      say(f'{tag}: finished in {elapsed:.0f} s')
-      continue
-    if status > 0:
-      reason = f'exit status {status}'
-    elif status < 0:
-      reason = f'killed by signal {-status}'
-    else:
-      reason = f'exited 0 without writing {run_protocol.SUMMARY_FILE}'
-    say(f'{tag}: FAILED ({reason}) after {elapsed:.0f} s; end of {log_path}:\n'
-        f'{log_tail(log_path)}')
-    failed.append(run)
+  pending = list(enumerate(runs, 1))
+  running: dict[subprocess.Popen, tuple[str, GridRun, str, float]] = {}
+  interrupted = False
+  try:
+    while pending or running:
+      while pending and len(running) < jobs and not interrupted:
+        i, run = pending.pop(0)
+        workdir = run.workdir(root)
+        tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
+        if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
+          say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
+          skipped += 1
+          continue
+        argv = command(run, workdir)
+        if dry_run:
+          say(f'{tag}: {shlex.join(argv)}')
+          continue
+        os.makedirs(workdir, exist_ok=True)
+        log_path = os.path.join(workdir, LOG_FILE)
+        say(f'{tag}: running, log {log_path}')
+        running[start(argv, log_path)] = (tag, run, log_path, time.perf_counter())
+      if interrupted and not running:
+        break
+      if not pending and not running:
+        break
+      finished = [p for p in running if p.poll() is not None]
+      if not finished:
+        time.sleep(POLL_SECONDS)
+        continue
+      for process in finished:
+        tag, run, log_path, began = running.pop(process)
+        ran += 1
+        elapsed = time.perf_counter() - began
+        reason = _outcome(process.returncode, run.workdir(root))
+        if reason is None:
+          with open(log_path, 'a', encoding='utf-8') as log:
+            log.write(FINISHED_LINE.format(seconds=elapsed, jobs=jobs))
+          say(f'{tag}: finished in {elapsed:.0f} s')
+        elif reason == 'interrupted':
+          say(f'{tag}: interrupted (exit status {process.returncode}); rerun the same command '
+              'to resume.')
+          interrupted = True
+        else:
+          say(f'{tag}: FAILED ({reason}) after {elapsed:.0f} s; end of {log_path}:\n'
+              f'{log_tail(log_path)}')
+          failed.append(run)
+  except KeyboardInterrupt:
+    for process in running:     # They got the Ctrl-C too: let them checkpoint and exit.
+      process.wait()
+    say('sweep interrupted; rerun the same command to resume (finished runs are skipped).')
+    return run_protocol.INTERRUPTED
+  if interrupted:
+    return run_protocol.INTERRUPTED
   if dry_run:
     return 0
   say(f'sweep: {ran} ran, {skipped} skipped, {len(failed)} failed' +
@@ -167,7 +226,7 @@ def run_sweep(runs: Sequence[Run], root: str, command: CommandFn = main_py_comma
   return 1 if failed else 0
 
 
-def check_repository(runs: Sequence[Run], python: str):
+def check_repository(runs: Sequence[GridRun], python: str):
   """Fails before anything runs unless main.py, the configs and the interpreter are reachable."""
   missing = [p for p in ['main.py'] + sorted({config_arg(r).split(':')[0] for r in runs})
              if not os.path.exists(p)]
@@ -185,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--seeds', type=int, default=1, help='Seeds 0..N-1 (default 1).')
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
+  parser.add_argument('--routers', type=_names,
+                      help=f'Comma-separated: keep these of {DENSE},{",".join(paper.ROUTERS)}.')
+  parser.add_argument('--capacities', type=_names, help='Comma-separated: keep these of 1,2.')
+  parser.add_argument('--jobs', type=int, default=1, help='Runs at once (default 1).')
   parser.add_argument('--dry-run', action='store_true', help='Print the commands; run nothing.')
   parser.add_argument('--python', default=DEFAULT_PYTHON, help='Interpreter for main.py.')
   args, overrides = parser.parse_known_args(argv)
@@ -192,10 +255,21 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bad:
     parser.error(f'unrecognized arguments: {" ".join(bad)} (only --config.KEY=VALUE overrides '
                  'are passed on to every run)')
-  runs = make_grid(args.arch, args.seeds, args.include_ablation)
+  if args.jobs < 1:
+    parser.error(f'--jobs must be >= 1, got {args.jobs}.')
+  try:
+    capacities = None if args.capacities is None else [int(c) for c in args.capacities]
+    runs = make_grid(args.arch, args.seeds, args.include_ablation, args.routers, capacities)
+  except ValueError as e:
+    parser.error(str(e))
   check_repository(runs, args.python)
   command = lambda run, workdir: main_py_command(run, workdir, args.python) + overrides
-  return run_sweep(runs, args.workdir_root, command, dry_run=args.dry_run)
+  return run_sweep(runs, args.workdir_root, command, jobs=args.jobs, dry_run=args.dry_run)
+
+
+def _names(text: str) -> list[str]:
+  """'dense, softmax_tc' -> ['dense', 'softmax_tc']."""
+  return [name.strip() for name in text.split(',') if name.strip()]
 
 
 if __name__ == '__main__':

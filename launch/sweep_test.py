@@ -68,30 +68,51 @@ def test_the_sweep_and_the_tables_start_without_jax():
   assert out.strip() == '[]'
 
 
-def test_grid_is_six_routers_by_two_capacities_plus_ablation():
+def test_grid_is_dense_then_six_routers_by_two_capacities_plus_ablation():
   grid = sweep.make_grid('b32')
-  assert len(grid) == 12 and len({r.name for r in grid}) == 12
-  assert [r.name for r in grid[:6]] == ['softmax_tc_c1', 'sinkhorn_tc_c1', 'softmax_ec_c1',
-                                        'sinkhorn_ec_c1', 'sparsity_ec_c1', 'soft_moe_c1']
+  assert len(grid) == 13 and len({r.name for r in grid}) == 13
+  assert [r.name for r in grid[:7]] == ['dense', 'softmax_tc_c1', 'sinkhorn_tc_c1',
+                                        'softmax_ec_c1', 'sinkhorn_ec_c1', 'sparsity_ec_c1',
+                                        'soft_moe_c1']
   with_ablation = sweep.make_grid('b32', seeds=2, include_ablation=True)
-  assert len(with_ablation) == 28
+  assert len(with_ablation) == 30
   assert [r.name for r in with_ablation if not r.softmax_combine] == [
       'sinkhorn_tc_c1_nosmc', 'sinkhorn_tc_c2_nosmc', 'sinkhorn_tc_c1_nosmc_s1',
       'sinkhorn_tc_c2_nosmc_s1']
+  assert [r.name for r in with_ablation if r.router == sweep.DENSE] == ['dense', 'dense_s1']
   with pytest.raises(ValueError, match='valid: b32, b16, l16, tiny'):
     sweep.make_grid('h14')
 
 
+def test_routers_and_capacities_keep_part_of_the_grid():
+  grid = sweep.make_grid('tiny', seeds=2, routers=['dense', 'softmax_tc'], capacities=[1])
+  assert [r.name for r in grid] == ['dense', 'softmax_tc_c1', 'dense_s1', 'softmax_tc_c1_s1']
+  at_c1 = sweep.make_grid('tiny', capacities=[1], include_ablation=True)
+  assert [r.name for r in at_c1] == ['dense', 'softmax_tc_c1', 'sinkhorn_tc_c1', 'softmax_ec_c1',
+                                     'sinkhorn_ec_c1', 'sparsity_ec_c1', 'soft_moe_c1',
+                                     'sinkhorn_tc_c1_nosmc']
+  with pytest.raises(ValueError, match='unknown router.*top2.*valid: dense, softmax_tc'):
+    sweep.make_grid('tiny', routers=['top2'])
+  with pytest.raises(ValueError, match=r'unknown capacities \[3\]'):
+    sweep.make_grid('tiny', capacities=[3])
+
+
 def test_commands_follow_the_main_py_contract():
-  run = sweep.Run('b32', 'sinkhorn_tc', 2, seed=1, softmax_combine=False)
+  run = sweep.GridRun('b32', 'sinkhorn_tc', 2, seed=1, softmax_combine=False)
   assert sweep.main_py_command(run, run.workdir('DIR')) == [
       '.venv/bin/python', 'main.py', '--config=configs/b32_sinkhorn_tc.py:c=2',
       '--workdir=DIR/b32/sinkhorn_tc_c2_nosmc_s1', '--config.moe.router.softmax_combine=False',
       '--config.seed=1']
-  tiny = sweep.Run('tiny', 'soft_moe', 1)
+  tiny = sweep.GridRun('tiny', 'soft_moe', 1)
   assert sweep.main_py_command(tiny, tiny.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/tiny.py:router=soft_moe,c=1',
       '--workdir=R/tiny/soft_moe_c1']
+  dense = sweep.GridRun('b16', sweep.DENSE, None, seed=2)
+  assert sweep.main_py_command(dense, dense.workdir('R')) == [
+      '.venv/bin/python', 'main.py', '--config=configs/b16_dense.py', '--workdir=R/b16/dense_s2',
+      '--config.seed=2']
+  assert sweep.config_arg(sweep.GridRun('tiny', sweep.DENSE, None)) == (
+      'configs/tiny.py:router=dense')
 
 
 def test_every_config_of_the_grid_exists_in_the_repository():
@@ -106,7 +127,7 @@ def test_dry_run_prints_commands_and_creates_nothing(tmp_path):
   assert sweep.run_sweep(sweep.make_grid('tiny', include_ablation=True), root, dry_run=True,
                          out=out) == 0
   lines = out.getvalue().splitlines()
-  assert len(lines) == 14 and not os.path.exists(root)
+  assert len(lines) == 15 and not os.path.exists(root)
   assert lines[-1].endswith('main.py --config=configs/tiny.py:router=sinkhorn_tc,c=2 '
                             f'--workdir={root}/tiny/sinkhorn_tc_c2_nosmc '
                             '--config.moe.router.softmax_combine=False')
@@ -114,7 +135,7 @@ def test_dry_run_prints_commands_and_creates_nothing(tmp_path):
 
 def test_failed_run_is_reported_the_sweep_goes_on_and_a_rerun_retries_only_it(tmp_path, fake):
   command, entries = fake
-  runs = sweep.make_grid('tiny')[:4]
+  runs = sweep.make_grid('tiny')[1:5]
   root = str(tmp_path / 'runs')
   out = io.StringIO()
   assert sweep.run_sweep(runs, root, command({'sinkhorn_tc_c1': 'fail'}), out=out) == 1
@@ -134,7 +155,7 @@ def test_failed_run_is_reported_the_sweep_goes_on_and_a_rerun_retries_only_it(tm
 def test_an_interrupted_trainer_stops_the_sweep(tmp_path, fake):
   command, entries = fake
   out = io.StringIO()
-  status = sweep.run_sweep(sweep.make_grid('tiny')[:3], str(tmp_path / 'runs'),
+  status = sweep.run_sweep(sweep.make_grid('tiny')[1:4], str(tmp_path / 'runs'),
                            command({'sinkhorn_tc_c1': 'interrupted'}), out=out)
   assert status == run_protocol.INTERRUPTED == 130
   assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
@@ -160,14 +181,14 @@ def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
   killed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60, check=False)
   assert killed.returncode == -signal.SIGKILL, killed.stderr
-  assert entries('done') == ['softmax_tc_c1', 'sinkhorn_tc_c1']
+  assert entries('done') == ['dense', 'softmax_tc_c1', 'sinkhorn_tc_c1']
   # Rerun the same sweep: finished runs are skipped, the interrupted one starts again.
   out = io.StringIO()
   grid = sweep.make_grid('tiny', include_ablation=True)
   assert sweep.run_sweep(grid, root, command(), out=out) == 0
-  assert '12 ran, 2 skipped, 0 failed' in out.getvalue()
+  assert '12 ran, 3 skipped, 0 failed' in out.getvalue()
   done = entries('done')
-  assert sorted(done) == sorted(r.name for r in grid) and len(done) == len(set(done)) == 14
+  assert sorted(done) == sorted(r.name for r in grid) and len(done) == len(set(done)) == 15
   started = entries('start')
   assert [n for n in set(started) if started.count(n) > 1] == ['softmax_ec_c1']
   for run in grid:
@@ -176,7 +197,7 @@ def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
   # A third pass has nothing left to do.
   out = io.StringIO()
   assert sweep.run_sweep(grid, root, command(), out=out) == 0
-  assert '0 ran, 14 skipped' in out.getvalue() and len(entries('start')) == 15
+  assert '0 ran, 15 skipped' in out.getvalue() and len(entries('start')) == 16
 
 
 def test_cli_refuses_to_start_outside_the_repository(tmp_path, monkeypatch):
@@ -190,13 +211,42 @@ def test_cli_dry_run_from_the_repository(tmp_path, monkeypatch, capsys):
   assert sweep.main(['--arch', 'b16', '--workdir-root', str(tmp_path), '--dry-run',
                      '--include-ablation', '--seeds', '2', '--python', sys.executable]) == 0
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 28 and '--config.seed=1' in lines[-1]
+  assert len(lines) == 30 and '--config.seed=1' in lines[-1]
   assert os.listdir(tmp_path) == []
   # --config.* overrides reach every run; anything else is refused.
   assert sweep.main(['--arch', 'b32', '--workdir-root', str(tmp_path), '--dry-run',
                      '--python', sys.executable, '--config.mesh.expert=32']) == 0
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 12 and all(l.endswith('--config.mesh.expert=32') for l in lines)
+  assert len(lines) == 13 and all(l.endswith('--config.mesh.expert=32') for l in lines)
   with pytest.raises(SystemExit):
     sweep.main(['--arch', 'b32', '--workdir-root', str(tmp_path), '--mesh=8'])
   assert 'only --config.KEY=VALUE overrides' in capsys.readouterr().err
+  # --routers, --capacities and --jobs: bad values exit 2 with argparse's one-line message.
+  for bad in (['--routers', 'top2'], ['--capacities', '3'], ['--jobs', '0']):
+    with pytest.raises(SystemExit) as exit_info:
+      sweep.main(['--arch', 'tiny', '--workdir-root', str(tmp_path), '--dry-run'] + bad)
+    assert exit_info.value.code == 2
+  assert sweep.main(['--arch', 'tiny', '--workdir-root', str(tmp_path), '--dry-run', '--python',
+                     sys.executable, '--routers', 'dense,soft_moe', '--capacities', '2']) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split()[1] for line in lines[-2:]] == ['tiny/dense:', 'tiny/soft_moe_c2:']
+
+
+def test_jobs_run_side_by_side_and_each_run_once(tmp_path, fake):
+  command, entries = fake
+  gate = tmp_path / 'gate'
+  base = command()
+
+  def waiting(run, workdir):   # Each run waits until two have started: only jobs=2 gets past.
+    waiter = ('import os, sys, time\n'
+              f'open(os.path.join({str(gate)!r}, {run.name!r}), "w").close()\n'
+              f'while len(os.listdir({str(gate)!r})) < 2: time.sleep(0.05)\n'
+              'os.execv(sys.executable, [sys.executable] + sys.argv[1:])')
+    return [sys.executable, '-S', '-c', waiter] + base(run, workdir)[2:]
+
+  gate.mkdir()
+  grid = sweep.make_grid('tiny')[:4]
+  out = io.StringIO()
+  assert sweep.run_sweep(grid, str(tmp_path / 'runs'), waiting, jobs=2, out=out) == 0
+  assert sorted(entries('done')) == sorted(r.name for r in grid) == sorted(entries('start'))
+  assert '4 ran, 0 skipped, 0 failed' in out.getvalue()

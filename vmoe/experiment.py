@@ -18,10 +18,11 @@ from vmoe import moe as moe_lib
 from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 WANDB_MODES = ('offline', 'online', 'disabled')
-DENSE = 'dense'   # The router name of configs without MoE layers (moe.num_experts = 0).
+DENSE = router_names.DENSE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ ROUTERS = {
     'soft_moe': (None, SOFT),
 }
 PAPER_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+# The router name of a model without MoE layers (moe.num_experts = 0): the dense ViT baseline.
+DENSE = 'dense'
 
 
 def with_allocation(allocation: str, routers=PAPER_ROUTERS) -> tuple[str, ...]:
