@@ -1,5 +1,6 @@
 # vmoe-routers: every command a user or CI runs.
 #   make install   create .venv and install pinned dependencies (idempotent)
+#   make tpu-compiler  libtpu (~700 MB) in .venv/tpu-compiler, for make plan only (.ci/run too)
 #   make test      the test suite (CI runs exactly this through .ci/run)
 #   make bench     speed benchmarks, results in bench/results/
 #   make demo      the main job: the whole tiny router study on embedded Fashion-MNIST, then its
@@ -8,7 +9,8 @@
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
 #                  runs are skipped, so a killed sweep resumes
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
-#                  XLA:TPU from libtpu without a TPU (86 CPU-min; resumable, cached in workdirs/plan)
+#                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
+#                  resumable, cached in workdirs/plan)
 #   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -19,13 +21,13 @@ TPU_COMPILER_STAMP := $(VENV)/tpu-compiler/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install test bench fashion-mnist sweep tables demo plan
+.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo plan
 ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
 TABLES_OUT ?= results/out
 
-install: $(STAMP) $(TPU_COMPILER_STAMP) fashion-mnist
+install: $(STAMP) fashion-mnist
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +35,10 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install -r requirements.txt
 	touch $(STAMP)
 
-# libtpu, outside the venv's path: only launch/tpu_compiler.py loads it (make plan).
+# libtpu, outside the venv's path: only launch/tpu_compiler.py loads it (make plan, and one test
+# that skips without it unless CI is set). Opt-in: ~700 MB that a user who trains does not need.
+tpu-compiler: $(TPU_COMPILER_STAMP)
+
 $(TPU_COMPILER_STAMP): requirements-tpu-compiler.txt $(STAMP)
 	$(PY) -m pip install --no-deps --upgrade --target $(VENV)/tpu-compiler -r requirements-tpu-compiler.txt
 	touch $(TPU_COMPILER_STAMP)
@@ -87,5 +92,5 @@ demo: install
 	$(MAKE) sweep ARCH=tiny OVERRIDES=--config.wandb.mode=disabled
 	$(MAKE) tables WORKDIRS=$(WORKDIRS)/tiny TABLES_OUT=results/tiny
 
-plan: install
+plan: install tpu-compiler
 	$(PY) -m launch.plan --out docs/scaling.md

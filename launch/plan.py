@@ -288,8 +288,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   tpu = not args.no_tpu_compiler
   if tpu and not tpu_compiler.available():
-    parser.error(f'no TPU compiler at {tpu_compiler.LIBRARY}: run `make install`, which installs '
-                 'requirements-tpu-compiler.txt there, or pass --no-tpu-compiler.')
+    parser.error(f'{tpu_compiler.MISSING}, or pass --no-tpu-compiler.')
   cpu_devices = jax.devices()
   if not tpu and (len(cpu_devices) < max(s.devices for s in SLICES) or
                   CPU_SCHEDULER_FLAG not in os.environ.get('XLA_FLAGS', '')):

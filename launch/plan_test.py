@@ -97,13 +97,22 @@ def test_the_memory_scheduler_lets_remat_save_memory():
 
 
 def require_tpu_compiler():
-  """Fails under CI (CI is set, as .ci/run does, after `make install` put libtpu in place);
-  elsewhere skips, for a clone installed without make."""
+  """Fails under CI (CI is set, as .ci/run does, after `make tpu-compiler` put libtpu in place);
+  elsewhere skips: a user's `make install` leaves libtpu out."""
   if not tpu_compiler.available():
-    message = f'no TPU compiler at {tpu_compiler.LIBRARY} (make install puts it there)'
+    message = tpu_compiler.MISSING
     if os.environ.get('CI'):
       pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.mark.parametrize('ci,outcome', [('true', pytest.fail.Exception),   # .ci/run
+                                        ('', pytest.skip.Exception)])      # a user's clone
+def test_a_missing_tpu_compiler_fails_under_ci_and_skips_elsewhere(monkeypatch, ci, outcome):
+  monkeypatch.setattr(tpu_compiler, 'available', lambda: False)
+  monkeypatch.setenv('CI', ci)
+  with pytest.raises(outcome, match='run `make tpu-compiler`'):
+    require_tpu_compiler()
 
 
 def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
