@@ -40,7 +40,7 @@ def test_margins_are_hand_worked_and_single_seeds_have_no_spread(tmp_path):
     assert all(v.holds and v.strength == 'n=1, spread unknown'
                for v in (means, worst, soft))
   text = claims.to_markdown(list(verdicts.values()), claims.seeds_per_table(rows))
-  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 | yes |' in text
+  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  | yes |' in text
 
 
 def test_seed_spread_decides_the_strength(tmp_path):
@@ -125,5 +125,28 @@ def test_paper_cli_words_the_claims_as_the_paper(tmp_path):
   text = out.read_text()
   assert 'at a fixed compute budget' in text and claims.PAPER_UNCHECKABLE in text
   assert '## B/32 on JFT-300M (seeds per row: 1)' in text
-  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % | yes |' in (
+  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  | yes |' in (
       text)
+
+
+def test_moe_beats_dense_per_router_and_capacity_hand_worked(tmp_path):
+  root = str(tmp_path)
+  # Two seeds each: dense 40, 42 (mean 41, std sqrt(2)); softmax_tc 44, 46 (mean 45); soft_moe
+  # 41, 43 (mean 42). Each difference has s.e. sqrt(2/2 + 2/2) = sqrt(2) = 1.41 points.
+  for seed, (dense, tc, soft) in enumerate([(0.40, 0.44, 0.41), (0.42, 0.46, 0.43)]):
+    write_summary(root, router='dense', capacity=None, seed=seed, upstream_prec1=dense,
+                  fewshot={'imagenet2012': {'10': dense}})
+    write_grid(root, {'softmax_tc': tc, 'soft_moe': soft}, seed=seed)
+  runs, _ = summaries.load_runs(root)
+  rows, _ = summaries.group_seeds(runs)
+  found = [v for v in claims.check(rows) if v.claim == claims.CLAIM_MOE_DENSE
+           and v.metric == 'upstream prec@1']
+  by_router = {v.detail.split()[0]: v for v in found}
+  assert sorted(by_router) == ['soft_moe', 'softmax_tc'] and {v.capacity for v in found} == {1}
+  assert by_router['softmax_tc'].margin == pytest.approx(4.0)
+  assert by_router['softmax_tc'].stderr == pytest.approx(2 ** 0.5)
+  assert by_router['softmax_tc'].strength == 'clear (> 2 s.e.)'
+  assert by_router['soft_moe'].margin == pytest.approx(1.0)
+  assert by_router['soft_moe'].strength == 'within noise (<= 2 s.e.)'
+  text = claims.to_markdown(found, claims.seeds_per_table(rows))
+  assert '| 0. MoE > dense | 1 | upstream prec@1 | +4.00 | 2.83 | yes | clear (> 2 s.e.) |' in text

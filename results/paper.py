@@ -13,6 +13,8 @@ from vmoe.routing import names as router_names
 ARCHS = ('B/32', 'B/16', 'L/16')
 CAPACITIES = (1, 2)
 ROUTERS = router_names.PAPER_ROUTERS     # The paper's row order, in the registry's names.
+DENSE = router_names.DENSE               # The dense ViT baseline (the paper tabulates none).
+DENSE_TITLE = 'Dense ViT (no MoE layers)'
 ROUTER_TITLES = {
     'softmax_tc': 'Softmax Token Choice',
     'sinkhorn_tc': 'Sinkhorn Token Choice',
@@ -85,6 +87,9 @@ def lookup(arch: str, router: str, capacity) -> PaperCell | None:
 
 
 def row_title(router: str, capacity) -> str:
-  """'Sinkhorn Token Choice (k=2)', 'Soft MoE (c=1)': the paper's row labels."""
+  """'Sinkhorn Token Choice (k=2)', 'Soft MoE (c=1)': the paper's row labels; 'Dense ViT (no
+  MoE layers)' for the baseline."""
+  if router == DENSE:
+    return DENSE_TITLE
   symbol = 'k' if router in TOKEN_CHOICE else 'c'
   return f'{ROUTER_TITLES.get(router, router)} ({symbol}={capacity:g})'

@@ -3,7 +3,8 @@
   python -m results.plots --runs workdirs --out results/out     (also run by results.tables)
 
   fig1_upstream_<dataset>.png     Figure 1: upstream precision@1 vs training device-hours, one
-                                  panel per architecture; marker shape = router, size = capacity.
+                                  panel per architecture; marker shape = router, size = capacity;
+                                  the dense ViT is a dashed line (its +-1 std band) and a diamond.
   fig2_<k>shot_<dataset>.png      Figure 2: the same for k-shot accuracy (best l2), k = 10.
   fig3_softmax_combine_<arch>_<dataset>.png
                                   Figure 3: validation precision@1 over training of Sinkhorn Token
@@ -33,12 +34,13 @@ from results import summaries  # pylint: disable=g-import-not-at-top,wrong-impor
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
-# Soft MoE star. Other routers (e.g. dense) get a diamond.
+# Soft MoE star. Other routers get a diamond; the dense baseline is a dashed line (and a point).
 MARKERS = {'softmax_tc': 'x', 'sinkhorn_tc': 'P', 'softmax_ec': 's', 'sinkhorn_ec': 'o',
            'sparsity_ec': '^', 'soft_moe': '*'}
 COLORS = dict(zip(paper.ROUTERS, plt.get_cmap('tab10').colors))
 SIZE_PER_CAPACITY = 45.0    # Marker area (points^2) per unit of capacity: c=2 is twice c=1.
 FEWSHOT_SHOTS = 10          # Figure 2 is the paper's 10-shot task.
+DENSE_COLOR = 'black'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Point:
   """One router x capacity of one architecture: cost x, accuracy y (percent), their spreads."""
   arch: str
   router: str
-  capacity: float
+  capacity: float | None   # None: the dense baseline.
   x: float
   y: float
   x_err: float = 0.0
@@ -73,6 +75,9 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
   fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
   for ax, arch in zip(axes[0], archs):
     for p in (p for p in points if p.arch == arch):
+      if p.router == paper.DENSE:
+        draw_dense_reference(ax, p)
+        continue
       color = COLORS.get(p.router, 'gray')
       if p.x_err or p.y_err:
         ax.errorbar(p.x, p.y, xerr=p.x_err, yerr=p.y_err, fmt='none', ecolor=color, lw=0.8)
@@ -82,16 +87,29 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
-  routers = sorted({p.router for p in points},
+  routers = sorted({p.router for p in points} - {paper.DENSE},
                    key=lambda r: paper.ROUTERS.index(r) if r in paper.ROUTERS else 99)
   handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=COLORS.get(r, 'gray'),
                         label=paper.ROUTER_TITLES.get(r, r)) for r in routers]
+  if any(p.router == paper.DENSE for p in points):
+    handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
+                              label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
   handles += [plt.scatter([], [], s=SIZE_PER_CAPACITY * c, marker='o', color='lightgray',
-                          label=f'c = {c:g}') for c in sorted({p.capacity for p in points})]
+                          label=f'c = {c:g}')
+              for c in sorted({p.capacity for p in points if p.capacity is not None})]
   fig.legend(handles=handles, loc='center left', bbox_to_anchor=(1.0, 0.5), frameon=False)
   fig.suptitle(title)
   fig.tight_layout()
   return save_png(fig, path)
+
+
+def draw_dense_reference(ax, p: Point) -> None:
+  """The dense baseline: a dashed horizontal line at its accuracy, its +-1 std band, and a point
+  at its cost, so that a router above the line beats the dense model."""
+  ax.axhline(p.y, ls='--', lw=1.0, color=DENSE_COLOR)
+  if p.y_err:
+    ax.axhspan(p.y - p.y_err, p.y + p.y_err, color=DENSE_COLOR, alpha=0.1, lw=0)
+  ax.scatter(p.x, p.y, marker='D', color=DENSE_COLOR, s=SIZE_PER_CAPACITY)
 
 
 def run_points(rows: dict, value, cost=summaries.Run.device_hours) -> list[Point]:

@@ -108,10 +108,18 @@ def format_stat(s: Stat | None, fmt: str, scale: float, row_n: int,
 
 
 def row_order(key: tuple) -> tuple:
-  """Capacity block, then the paper's router order (others after, by name), ablation after."""
+  """The dense baseline first; then capacity block, the paper's router order (others after, by
+  name), ablation after."""
   _, _, router, capacity, softmax_combine = key
   rank = paper.ROUTERS.index(router) if router in paper.ROUTERS else len(paper.ROUTERS)
-  return capacity, rank, router, not softmax_combine
+  return router != paper.DENSE, capacity or 0.0, rank, router, not softmax_combine
+
+
+def group_title(capacity: float | None) -> str:
+  """The bold row that opens a block of the table."""
+  if capacity is None:
+    return 'dense baseline: the same ViT with a dense MLP in every block'
+  return f'capacity c = {capacity:g} (k = {capacity:g} for token choice)'
 
 
 def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
@@ -125,7 +133,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
     if column.paper_value:
       header.append(column.paper_title)
   header.append('Devices')
-  groups: dict[float, list[list[str]]] = {}
+  groups: dict[float | None, list[list[str]]] = {}
   missing: dict[str, list[str]] = {}
   for key in keys:
     runs = rows[key]
@@ -147,8 +155,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
   notes = [f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
            for key, paths in sorted(missing.items())]
   return Table(arch, dataset, header,
-               [(f'capacity c = {c:g} (k = {c:g} for token choice)', g)
-                for c, g in sorted(groups.items())], notes)
+               [(group_title(c), g) for c, g in groups.items()], notes)
 
 
 def caption(table: Table) -> str:

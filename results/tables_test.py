@@ -7,6 +7,7 @@ from matplotlib import image as mpl_image
 import pytest
 
 from results import cost
+from results import plots
 from results import summaries
 from results import tables
 from vmoe import run_protocol
@@ -17,7 +18,8 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 def write_summary(root, arch='B/32', router='sinkhorn_ec', capacity=2.0, seed=0,
                   softmax_combine=True, dataset='imagenet21k', **fields):
   """A summary.json in the trainer's format under root/<arch>/<router>_c<c>[_nosmc][_s<seed>]."""
-  summary = {'config': 'configs/x.py', 'config_arg': f'c={capacity:g}', 'arch': arch,
+  summary = {'config': 'configs/x.py',
+             'config_arg': 'router=dense' if capacity is None else f'c={capacity:g}', 'arch': arch,
              'router': router, 'capacity': capacity, 'softmax_combine': softmax_combine,
              'seed': seed, 'dataset': dataset, 'steps': 1000, 'num_params': 1234,
              'upstream_prec1': 0.4, 'fewshot': {'imagenet2012': {'10': 0.6}},
@@ -27,8 +29,10 @@ def write_summary(root, arch='B/32', router='sinkhorn_ec', capacity=2.0, seed=0,
              'eval_history': [{'step': 100, 'upstream_prec1': 0.2},
                               {'step': 200, 'upstream_prec1': 0.3}]}
   summary.update(fields)
-  summary = {k: v for k, v in summary.items() if v is not None}   # None: the key is absent.
-  name = (f'{router}_c{capacity:g}' + ('' if softmax_combine else '_nosmc') +
+  summary = {k: v for k, v in summary.items()
+             if v is not None or k == 'capacity'}   # None: the key is absent (capacity: dense).
+  name = (('dense' if capacity is None else f'{router}_c{capacity:g}') +
+          ('' if softmax_combine else '_nosmc') +
           (f'_s{seed}' if seed else ''))
   path = os.path.join(root, arch.replace('/', '').lower(), name, run_protocol.SUMMARY_FILE)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -184,7 +188,7 @@ def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):
   assert '9 runs -> 3 tables, 8 figures' in capsys.readouterr().out
   # B/32 c=1 has both token choice routers: claim 2, sinkhorn_tc 35.00 vs softmax_tc 30.00.
   with open(os.path.join(out, 'claims.md'), encoding='utf-8') as f:
-    assert '| 2. Sinkhorn TC > Softmax TC | 1 | upstream prec@1 | +5.00 | yes |' in f.read()
+    assert '| 2. Sinkhorn TC > Softmax TC | 1 | upstream prec@1 | +5.00 |  | yes |' in f.read()
 
 
 def test_cli_without_runs_fails_with_a_hint(tmp_path, capsys):
@@ -212,3 +216,27 @@ def test_controlled_cost_column_sits_beside_the_wall_clock(tmp_path):
   tabs, _ = tables.build_tables(summaries.load_runs(str(tmp_path / 'b32'))[0],
                                 step_times.controlled_hours)
   assert 'Controlled device-hours' not in tabs[0].header
+
+
+def test_the_dense_baseline_opens_the_table_and_draws_a_reference_line(tmp_path):
+  root = str(tmp_path / 'runs')
+  write_summary(root, router='dense', capacity=None, upstream_prec1=0.30)
+  write_summary(root, router='dense', capacity=None, seed=1, upstream_prec1=0.34)
+  write_summary(root, router='soft_moe', capacity=1.0, upstream_prec1=0.40)
+  runs, _ = summaries.load_runs(root)
+  (table,), problems = tables.build_tables(runs)
+  assert problems == []
+  assert [title for title, _ in table.groups] == [
+      'dense baseline: the same ViT with a dense MLP in every block',
+      'capacity c = 1 (k = 1 for token choice)']
+  dense_row = table.groups[0][1][0]
+  assert dense_row[:3] == ['Dense ViT (no MoE layers)', '2', '32.00 \u00b1 2.83']
+  assert dense_row[3] == ''      # The paper tabulates no dense model.
+  rows, _ = summaries.group_seeds(runs)
+  points = plots.run_points(rows, lambda r: r.get('upstream_prec1'))
+  dense = next(p for p in points if p.router == 'dense')
+  assert (dense.capacity, dense.y, round(dense.y_err, 2)) == (None, 32.0, 2.83)
+  out = str(tmp_path / 'out')
+  for path in plots.write_figures(runs, out):
+    with open(path, 'rb') as f:
+      assert f.read(8) == b'\x89PNG\r\n\x1a\n'
