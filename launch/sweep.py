@@ -15,6 +15,10 @@ Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the paper's Figure
 configs/tiny.py:router=dense), run from the repository root. Extra --config.KEY=VALUE arguments
 (e.g. --config.mesh.expert=32 on a TPU v3-32) go to every run.
 
+--records DIR copies each finished run's summary.json (and the lines of its sweep.log that say
+what ran and how long it took) to DIR/<arch>/<run name>/: a study commits those as they land, and
+results.tables reads them as it reads workdirs.
+
 --jobs N runs up to N runs at once, in grid order: on a small model a run cannot keep every core
 busy (its steps are short and its evaluations serial), so two runs on a 2-core CPU finish sooner
 than one after the other. A run's results do not depend on what runs beside it.
@@ -36,6 +40,7 @@ import sys
 import time
 from typing import Callable, Sequence, TextIO
 
+from base import atomic
 from results import paper
 from vmoe import run_protocol
 from vmoe.routing import names as router_names
@@ -157,11 +162,25 @@ def _outcome(status: int, workdir: str) -> str | None:
   return f'exited 0 without writing {run_protocol.SUMMARY_FILE}'
 
 
+def keep_record(workdir: str, run: GridRun, destination: str) -> None:
+  """Copies a finished run's summary.json, and its sweep.log's header and finished lines (what
+  it ran, when, and its wall time), to DESTINATION/<arch>/<run name>/: the record a study
+  commits, without the checkpoints. Both are written atomically."""
+  target = run.workdir(destination)
+  with open(os.path.join(workdir, run_protocol.SUMMARY_FILE), 'rb') as f:
+    atomic.write_bytes(os.path.join(target, run_protocol.SUMMARY_FILE), f.read())
+  with open(os.path.join(workdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
+    lines = [line for line in f if line.startswith('=== ')]
+  atomic.write_text(os.path.join(target, LOG_FILE), ''.join(lines))
+
+
 def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_command, *,
-              jobs: int = 1, dry_run: bool = False, out: TextIO | None = None) -> int:
+              jobs: int = 1, dry_run: bool = False, out: TextIO | None = None,
+              records: str | None = None) -> int:
   """Runs every unfinished run, up to `jobs` at once, in order; returns 0, 1 (some run failed)
   or 130 (interrupted: Ctrl-C, or a trainer that exited 130 after checkpointing on
-  SIGINT/SIGTERM; no further run starts, and the running ones are waited for)."""
+  SIGINT/SIGTERM; no further run starts, and the running ones are waited for). With `records`,
+  each run that finishes (or had finished) is copied there by keep_record."""
   if jobs < 1:
     raise ValueError(f'--jobs must be >= 1, got {jobs}.')
   failed, ran, skipped = [], 0, 0
@@ -178,6 +197,8 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
         if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
           say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
           skipped += 1
+          if records and not dry_run:
+            keep_record(workdir, run, records)
           continue
         argv = command(run, workdir)
         if dry_run:
@@ -203,6 +224,8 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
         if reason is None:
           with open(log_path, 'a', encoding='utf-8') as log:
             log.write(FINISHED_LINE.format(seconds=elapsed, jobs=jobs))
+          if records:
+            keep_record(run.workdir(root), run, records)
           say(f'{tag}: finished in {elapsed:.0f} s')
         elif reason == 'interrupted':
           say(f'{tag}: interrupted (exit status {process.returncode}); rerun the same command '
@@ -248,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help=f'Comma-separated: keep these of {DENSE},{",".join(paper.ROUTERS)}.')
   parser.add_argument('--capacities', type=_names, help='Comma-separated: keep these of 1,2.')
   parser.add_argument('--jobs', type=int, default=1, help='Runs at once (default 1).')
+  parser.add_argument('--records', help='Copy each finished run\'s summary.json (and its '
+                      'sweep.log lines) to RECORDS/<arch>/<run name>/, to commit.')
   parser.add_argument('--dry-run', action='store_true', help='Print the commands; run nothing.')
   parser.add_argument('--python', default=DEFAULT_PYTHON, help='Interpreter for main.py.')
   args, overrides = parser.parse_known_args(argv)
@@ -264,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error(str(e))
   check_repository(runs, args.python)
   command = lambda run, workdir: main_py_command(run, workdir, args.python) + overrides
-  return run_sweep(runs, args.workdir_root, command, jobs=args.jobs, dry_run=args.dry_run)
+  return run_sweep(runs, args.workdir_root, command, jobs=args.jobs, dry_run=args.dry_run,
+                   records=args.records)
 
 
 def _names(text: str) -> list[str]:

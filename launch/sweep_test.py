@@ -250,3 +250,19 @@ def test_jobs_run_side_by_side_and_each_run_once(tmp_path, fake):
   assert sweep.run_sweep(grid, str(tmp_path / 'runs'), waiting, jobs=2, out=out) == 0
   assert sorted(entries('done')) == sorted(r.name for r in grid) == sorted(entries('start'))
   assert '4 ran, 0 skipped, 0 failed' in out.getvalue()
+
+
+def test_records_keep_each_finished_runs_summary_and_timing_lines(tmp_path, fake):
+  command, _ = fake
+  root, records = str(tmp_path / 'runs'), str(tmp_path / 'records')
+  grid = sweep.make_grid('tiny')[:2]
+  assert sweep.run_sweep(grid[:1], root, command(), out=io.StringIO()) == 0
+  # The first run had finished before --records was given: it is copied when skipped.
+  assert sweep.run_sweep(grid, root, command(), out=io.StringIO(), records=records) == 0
+  for run in grid:
+    with open(os.path.join(run.workdir(records), run_protocol.SUMMARY_FILE)) as f:
+      assert json.load(f) == {'router': run.name}
+    with open(os.path.join(run.workdir(records), sweep.LOG_FILE)) as f:
+      lines = f.read().splitlines()
+    assert len(lines) == 2 and lines[0].startswith('=== ') and 'main' not in lines[0].split()[0]
+    assert lines[1].startswith('=== finished in ') and lines[1].endswith('s with --jobs 1')

@@ -101,7 +101,7 @@ def _stderr(stats: Sequence[Stat]) -> float | None:
   return 100 * math.sqrt(sum(s.std ** 2 / s.n for s in stats))
 
 
-def _metrics(runs: Sequence[summaries.Run]) -> dict[str, Callable]:
+def metrics_of(runs: Sequence[summaries.Run]) -> dict[str, Callable]:
   """Metric name -> value(run): upstream precision@1 and every 10-shot data set present."""
   metrics = {'upstream prec@1': lambda r: r.get('upstream_prec1')}
   for dataset, shots in summaries.fewshot_columns(runs):
@@ -189,7 +189,7 @@ def check(rows: dict, cost: Callable[[summaries.Run], float | None] = summaries.
   combine enter claim 5 only. cost(run) prices a run for claims 6a and 6b, in `cost_title`.
   """
   verdicts = []
-  metrics = _metrics([r for runs in rows.values() for r in runs])
+  metrics = metrics_of([r for runs in rows.values() for r in runs])
   for table in sorted({k[:2] for k in rows}):
     arch, dataset = table
     capacities = sorted({k[3] for k in rows

@@ -15,6 +15,7 @@ CAPACITIES = (1, 2)
 ROUTERS = router_names.PAPER_ROUTERS     # The paper's row order, in the registry's names.
 DENSE = router_names.DENSE               # The dense ViT baseline (the paper tabulates none).
 DENSE_TITLE = 'Dense ViT (no MoE layers)'
+PM = '\u00b1'
 ROUTER_TITLES = {
     'softmax_tc': 'Softmax Token Choice',
     'sinkhorn_tc': 'Sinkhorn Token Choice',
@@ -84,6 +85,15 @@ def lookup(arch: str, router: str, capacity) -> PaperCell | None:
   if capacity not in CAPACITIES:
     return None
   return PAPER.get((arch, router, int(capacity)))
+
+
+def row_order(key: tuple) -> tuple:
+  """Sort key of a table row (arch, dataset, router, capacity, softmax_combine): the dense
+  baseline first; then the capacity block, the paper's router order (others after, by name),
+  the ablation after its router."""
+  _, _, router, capacity, softmax_combine = key
+  rank = ROUTERS.index(router) if router in ROUTERS else len(ROUTERS)
+  return router != DENSE, capacity or 0.0, rank, router, not softmax_combine
 
 
 def row_title(router: str, capacity) -> str:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 from base import atomic
 from base.stats import Stat
+from results import beside
 from results import claims
 from results import cost
 from results import paper
@@ -30,7 +31,7 @@ from results.summaries import Run
 from vmoe import run_protocol
 
 PAPER_10SHOT_DATASET = 'imagenet2012'    # The paper's downstream task: ImageNet-1k 10-shot.
-PM = '\u00b1'
+PM = paper.PM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +108,6 @@ def format_stat(s: Stat | None, fmt: str, scale: float, row_n: int,
   return text
 
 
-def row_order(key: tuple) -> tuple:
-  """The dense baseline first; then capacity block, the paper's router order (others after, by
-  name), ablation after."""
-  _, _, router, capacity, softmax_combine = key
-  rank = paper.ROUTERS.index(router) if router in paper.ROUTERS else len(paper.ROUTERS)
-  return router != paper.DENSE, capacity or 0.0, rank, router, not softmax_combine
-
-
 def group_title(capacity: float | None) -> str:
   """The bold row that opens a block of the table."""
   if capacity is None:
@@ -125,7 +118,7 @@ def group_title(capacity: float | None) -> str:
 def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
                 controlled: Callable[[Run], float | None] | None = None) -> Table:
   """The table of one (arch, dataset) from {key: seeds' runs}."""
-  keys = sorted(rows, key=row_order)
+  keys = sorted(rows, key=paper.row_order)
   columns = columns_for(arch, list(rows.values()), controlled)
   header = ['Router', 'Seeds']
   for column in columns:
@@ -235,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--runs', required=True, help='Directory searched for summary.json files.')
   parser.add_argument('--out', required=True, help='Directory for the tables and figures.')
   parser.add_argument('--no-figures', action='store_true', help='Write the tables only.')
+  parser.add_argument('--beside', help='A committed study\'s summaries (e.g. results/tiny/runs): '
+                      'also write OUT/beside_study.md, these runs beside its means (results/beside.py).')
   cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
@@ -258,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = os.path.join(args.out, 'claims.md')
     atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows)))
     written.append(path)
+  if args.beside:
+    text, beside_problems = beside.compare(runs, args.beside)
+    path = os.path.join(args.out, 'beside_study.md')
+    atomic.write_text(path, text)
+    written.append(path)
+    problems += beside_problems
   print(f'{len(runs)} runs -> {len(tables)} tables, {len(figures)} figures:')
   for path in written + list(figures):
     print(f'  {path}')
