@@ -1,5 +1,6 @@
 """Tests of the iterators: resume equality, sharding, padding, few-shot sampling, bad records."""
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -7,7 +8,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from data import config as data_config_lib
 from data import pipeline
+from data import sources
 from data.testdata import data_config
 from data.testdata import write_multilabel
 
@@ -263,3 +266,68 @@ def test_saved_label_index_and_decoded_split_are_readable_by_other_users(tmp_pat
   assert len(saved) == 2
   assert [p.stat().st_mode & 0o777 for p in saved] == [0o644, 0o644]
   assert not list(version_dir.glob('*.tmp'))
+
+
+def checksums(batches) -> list[str]:
+  """The first 16 hex digits of each batch's sha256 over its keys, dtypes, shapes and bytes."""
+  digests = []
+  for batch in batches:
+    digest = hashlib.sha256()
+    for key in sorted(batch):
+      array = np.ascontiguousarray(batch[key])
+      assert array.dtype != object, key   # An object array's bytes are pointers.
+      digest.update(f'{key} {array.dtype.str} {array.shape}'.encode() + array.tobytes())
+    digests.append(digest.hexdigest()[:16])
+  return digests
+
+
+# What test_tiny_study_batches_are_unchanged computed with data/ as at commit a80acef (the last to
+# change data/ before data/pipeline.py was split into modules), run twice with the same result.
+# After a deliberate change of the data, run the test with -s: it prints what it gets.
+TINY_STUDY_DIGESTS = {
+    'train 0-2': ['d4738703a22b3137', '109960cbfb34baf5', '6e82ed4eddb79843'],
+    'train 936-938': ['7c4715afef18ac19', '1fce13ea74930f01', '56ae115918a9e921'],
+    'eval 0-1': ['dd47de2dc396de4d', '4f266f638e7e0f10'],
+    'fewshot digits 0': ['0b54fb73ccdd6088'],
+    'fewshot digits 1': ['e4437c4e0d756e4c'],
+    'fewshot fashion_mnist 0': ['129d1010a7e85382'],
+    'fewshot fashion_mnist 1': ['4965c08db2bbf338'],
+    'digits host 1 of 2': ['f1f1014400fa5f84', '4ecfa2873a3a69d3'],
+    'digits eval 6-7': ['d0142533659258b0', '59a5457c203b9234'],
+}
+
+
+@pytest.mark.skipif(not os.path.isdir(sources.DEBIAN_FASHION_MNIST_DIR),
+                    reason=f'{sources.DEBIAN_FASHION_MNIST_DIR} absent: the tiny study reads the '
+                    'Debian package dataset-fashion-mnist (make install).')
+def test_tiny_study_batches_are_unchanged(digits_dir):
+  """The batches the tiny study trains, evaluates and draws few-shot sets from, pinned bit for bit
+  (TINY_STUDY_DIGESTS), so that a change of the pipeline's code cannot silently change its data."""
+  # Imported here, not at the top: the other tests of this file need no config to be importable.
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  config = tiny.get_config()
+  data = data_config_lib.DataConfig(**config.data.to_dict())
+  sources.check_available(data)
+  train = pipeline.make_train_iterator(data, batch_size=config.batch_size, seed=config.seed)
+  got = {'train 0-2': checksums(take(train, 3))}
+  # 60,000 / 64 = 937.5: batch 937 holds the last 32 records of epoch 0 and the first 32 of 1.
+  train.set_state({**train.get_state(), 'batches': 936})
+  got['train 936-938'] = checksums(take(train, 3))
+  got['eval 0-1'] = checksums(take(pipeline.make_eval_iterator(
+      data, data.eval_split, batch_size=config.eval.batch_size), 2))
+  # The few-shot sources as vmoe/train_evals.py fewshot_source makes them for this config.
+  for source in (data_config_lib.DataSource('digits'), data.source):
+    for seed in (0, 1):
+      got[f'fewshot {source.name} {seed}'] = checksums(pipeline.fewshot_batches(
+          source, 'train', shots=10, seed=seed, pp=config.fewshot.pp,
+          batch_size=config.fewshot.batch_size))
+  # Beyond the tiny study: uncached reads, the shuffle-buffer imitation, two hosts and RandAugment;
+  # the cached split decoded in the pipeline and the padded last eval batch.
+  digits = data_config(data_dir=digits_dir, pp_train=AUGMENT, shuffle_buffer=50)
+  got['digits host 1 of 2'] = checksums(take(pipeline.make_train_iterator(
+      digits, batch_size=64, seed=7, process_index=1, process_count=2), 2))
+  digits = data_config(data_dir=digits_dir, cache=True)
+  got['digits eval 6-7'] = checksums(list(pipeline.make_eval_iterator(
+      digits, 'test', batch_size=100))[6:])
+  print(json.dumps(got, indent=1))
+  assert got == TINY_STUDY_DIGESTS
