@@ -3,13 +3,13 @@
 This binds the model, mesh and data to evaluation/ (pure precision@1 and the few-shot ridge, which
 know nothing of models or meshes).
 
-`make(model, mesh, data=, eval_config=, fewshot_config=, loss=)` returns
+`make_evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=)` returns
 evaluate(params, step, is_last) -> {metric name: float}:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
   fewshot/DATASET/Kshot[_cv][_std] every fewshot.every_steps and at the end (evaluation.fewshot).
-Every batch is a whole number of routing groups (configs/batches.py fits or checks eval.batch_size
+Every batch is a whole number of routing groups (vmoe/experiment.py fits or checks eval.batch_size
 and fewshot.batch_size), so evaluation routes exactly as training does.
 """
 import functools
@@ -85,8 +85,9 @@ def whole_batch_fn(fn, mesh):
   return apply
 
 
-def make(model, mesh, *, data: data_config_lib.DataConfig, eval_config: classify.EvalConfig,
-         fewshot_config: fewshot.FewShotConfig, loss: str):
+def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
+                   eval_config: classify.EvalConfig,
+                   fewshot_config: fewshot.FewShotConfig, loss: str):
   """evaluate(params, step, is_last) -> dict of float metrics (see the module docstring); `loss`
   names the training loss (vmoe/losses.py) that upstream/loss reports."""
   batch_sharding = sharding.batch_sharding(mesh)

@@ -1,9 +1,9 @@
 """train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost.
 
-The experiment is a config parsed once into typed sections (configs/experiment.py, at main.py's
+The experiment is a config parsed once into typed sections (vmoe/experiment.py, at main.py's
 start). Stages: (1) data checks before anything compiles, (2) model, optimizer, state layout and
-step (vmoe/setup.py), data, (3) state from the newest checkpoint or fresh, (4) compile the step
-and account its cost, (5) the loop with periodic logging, evaluation and checkpoints, (6)
+step (vmoe/train_program.py), data, (3) state from the newest checkpoint or fresh, (4) compile the
+step and account its cost, (5) the loop with periodic logging, evaluation and checkpoints, (6)
 summary.json (run_protocol.RunSummary).
 """
 import dataclasses
@@ -29,8 +29,8 @@ from vmoe import experiment as experiment_lib
 from vmoe import flops
 from vmoe import observability
 from vmoe import run_protocol
-from vmoe import setup as setup_lib
 from vmoe import sharding
+from vmoe import train_program
 
 
 
@@ -63,29 +63,19 @@ def make_workdir(workdir: str) -> None:
                            'directory you can create and write.') from e
 
 
-def with_mesh_resolved(record: dict, mesh: sharding.MeshConfig) -> dict:
-  """A recorded config with its mesh resolved (sharding.resolve) on this run's devices, the
-  mesh's data x expert: records written before configs/experiment.py resolved the mesh hold -1
-  for its automatic sizes. A recorded mesh that does not fit the devices stays as it is."""
-  if 'mesh' not in record:
-    return record
-  num_experts = record.get('moe', {}).get('num_experts', 0)
-  try:
-    resolved = sharding.resolve(sharding.MeshConfig(**record['mesh']), mesh.data * mesh.expert,
-                                num_experts)
-  except (TypeError, ValueError):
-    return record
-  return {**record, 'mesh': dataclasses.asdict(resolved)}
-
-
 def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """Refuses a workdir that holds a run of a different config; records the resolved config (in
-  the config's layout: configs/experiment.py parses it back) otherwise."""
+  the config's layout: vmoe/experiment.py parses it back) otherwise."""
   path = os.path.join(workdir, run_protocol.CONFIG_FILE)
   current = experiment.to_dict()
   if os.path.exists(path):
     with open(path, encoding='utf-8') as f:
-      previous = with_mesh_resolved(json.load(f), experiment.mesh)
+      previous = json.load(f)
+    if any(size < 0 for size in previous.get('mesh', {}).values()):
+      raise errors.UserError(
+          f'{path} records its mesh with automatic (-1) sizes: it was written by an older trainer, '
+          'whose runs this one does not resume. Use a new --workdir (or delete this one to start '
+          'over).')
     if previous != current:
       changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
       raise errors.UserError(f'{workdir} holds a run of a different config (differences '
@@ -106,7 +96,7 @@ def first_non_finite(pending: list):
 
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
                        config_file: str = '') -> run_protocol.RunSummary:
-  """Trains `experiment` (configs/experiment.py parse) in `workdir`, resuming if it holds
+  """Trains `experiment` (vmoe/experiment.py parse) in `workdir`, resuming if it holds
   checkpoints, and returns its summary; config_file is recorded in it."""
   e = experiment
   # 1. Checks of the data before anything compiles (the config was checked when parsed).
@@ -115,8 +105,8 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   make_workdir(workdir)
   guard_workdir(workdir, e)
 
-  # 2. Mesh, model, optimizer, state layout and step (vmoe/setup.py), data.
-  setup = setup_lib.build(e)
+  # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
+  program = train_program.build(e)
   train_iter = pipeline.make_train_iterator(
       e.data, batch_size=e.batch_size, seed=e.seed,
       process_index=jax.process_index(), process_count=jax.process_count())
@@ -126,9 +116,10 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   init_rng, rng = jax.random.split(jax.random.PRNGKey(e.seed))
   manager = checkpointing.make_manager(workdir, e.checkpoint)
   restored = checkpointing.restore_latest(
-      manager, checkpointing.abstract_with_shardings(setup.abstract_state, setup.state_shardings))
+      manager, checkpointing.abstract_with_shardings(program.abstract_state,
+                                                     program.state_shardings))
   if restored is None:
-    state = setup.init_state(init_rng)
+    state = program.init_state(init_rng)
     record = {'train_seconds': 0.0, 'eval_history': []}
   else:
     state, record = restored
@@ -138,16 +129,16 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
 
   # 4. Compile the step; its FLOPs come from XLA's cost analysis, its compile time is separate.
   start = time.perf_counter()
-  compiled_step = setup.compile()
+  compiled_step = program.compile()
   compile_seconds = time.perf_counter() - start
   flops_per_step = flops.compiled_flops(compiled_step)
-  evaluate = sharding.with_mesh(train_evals.make(
-      setup.model, setup.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss), setup.mesh)
-  num_params = setup.num_params()
+  evaluate = sharding.with_mesh(train_evals.make_evaluator(
+      program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
+      loss=e.loss), program.mesh)
+  num_params = program.num_params()
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.',
                num_params, flops_per_step, compile_seconds)
-  for line in console.header(e, config_file=config_file, mesh=setup.mesh, num_params=num_params,
+  for line in console.header(e, config_file=config_file, mesh=program.mesh, num_params=num_params,
                              flops_per_step=flops_per_step, workdir=workdir,
                              first_step=first_step):
     console.say(line)
@@ -185,7 +176,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
     train_seconds += time.perf_counter() - tick
 
   while step < e.num_train_steps and not stop.requested:
-    batch = sharding.put_batch(next(train_iter), setup.batch_sharding)
+    batch = sharding.put_batch(next(train_iter), program.batch_sharding)
     state, metrics = compiled_step(state, batch, jax.random.fold_in(rng, step))
     step += 1
     pending.append((step, metrics['loss']))
@@ -194,7 +185,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
       pause_clock()
       check_finite()
       metrics = jax.device_get(metrics)
-      writer.write_scalars(step, {**metrics, 'learning_rate': setup.schedule(step)})
+      writer.write_scalars(step, {**metrics, 'learning_rate': program.schedule(step)})
       progress.report(step, float(metrics['loss']))
       tick = time.perf_counter()
     if step % e.checkpoint.every_steps == 0 or is_last:

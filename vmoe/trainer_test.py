@@ -12,6 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from base import errors
 from data import sources
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import observability
@@ -86,17 +87,13 @@ def test_a_different_config_in_the_same_workdir_is_refused(short_config, tmp_pat
     trainer.guard_workdir(str(tmp_path), short_config('sinkhorn_ec'))
 
 
-def test_a_record_with_automatic_mesh_sizes_is_the_same_run(short_config, tmp_path):
-  # Records written before configs/experiment.py resolved the mesh hold -1 for its automatic
-  # sizes: the run resumes where those sizes resolve to this run's; other sizes are refused.
+def test_a_workdir_of_the_older_config_format_is_refused_saying_so(short_config, tmp_path):
+  # Records written before the mesh was resolved at parse time hold -1 for its automatic sizes.
   experiment = short_config()
-  record = experiment.to_dict()
   path = tmp_path / trainer.run_protocol.CONFIG_FILE
-  for mesh in ({'data': -1, 'expert': 1}, {'data': -1, 'expert': -1}):
-    path.write_text(json.dumps({**record, 'mesh': mesh}))
-    trainer.guard_workdir(str(tmp_path), experiment)
-  path.write_text(json.dumps({**record, 'mesh': {'data': -1, 'expert': 2}}))
-  with pytest.raises(ValueError, match='different config.*mesh'):
+  path.write_text(json.dumps({**experiment.to_dict(), 'mesh': {'data': -1, 'expert': 1}}))
+  with pytest.raises(errors.UserError, match=r'config.json records its mesh with automatic '
+                                             r'\(-1\) sizes: .*older trainer.*new --workdir'):
     trainer.guard_workdir(str(tmp_path), experiment)
 
 

@@ -1,4 +1,4 @@
-"""The one setup path: an experiment record -> model, optimizer, state layout, compiled step."""
+"""The training program: an experiment record -> model, optimizer, state layout, compiled step."""
 import jax
 import numpy as np
 
@@ -9,7 +9,7 @@ from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
 from vmoe import moe as moe_lib
 from vmoe import optim
-from vmoe import setup as setup_lib
+from vmoe import train_program
 from vmoe import sharding
 from vmoe import vit
 from vmoe.routing import router as router_lib
@@ -37,20 +37,20 @@ def mu_experiment(router='softmax_ec', num_experts=4) -> experiment_lib.Experime
 
 def test_the_compiled_step_trains_from_the_fresh_state():
   experiment = mu_experiment()
-  setup = setup_lib.build(experiment)
-  assert setup.abstract_batch()['image'].shape == (4, 8, 8, 1)
-  assert setup.abstract_state.params['block_01']['moe']['experts']['wi'].shape == (4, 32, 128)
+  program = train_program.build(experiment)
+  assert program.abstract_batch()['image'].shape == (4, 8, 8, 1)
+  assert program.abstract_state.params['block_01']['moe']['experts']['wi'].shape == (4, 32, 128)
   # mu/4 on 8x8 (5 tokens, width 32, MLP 128): embedding 16*32 + 32 = 544, class token 32,
   # posemb 5*32 = 160; per block LayerNorms 128 and attention 4*(32*32 + 32) = 4,224; block 0's
   # MLP 32*128 + 128 + 128*32 + 32 = 8,352; block 1's 4 experts 33,408 and router 32*4 = 128;
   # final LayerNorm 64; head 32*10 + 10 = 330. Sum: 51,722.
-  assert setup.num_params() == 51_722
-  state = setup.init_state(jax.random.PRNGKey(0))
-  assert jax.tree.map(lambda a: a.sharding, state.params) == setup.state_shardings.params
+  assert program.num_params() == 51_722
+  state = program.init_state(jax.random.PRNGKey(0))
+  assert jax.tree.map(lambda a: a.sharding, state.params) == program.state_shardings.params
   batch = {'image': np.zeros((4, 8, 8, 1), np.float32),
            'labels': np.eye(10, dtype=np.float32)[[0, 1, 2, 3]]}
-  compiled = setup.compile()
-  state, metrics = compiled(state, sharding.put_batch(batch, setup.batch_sharding),
+  compiled = program.compile()
+  state, metrics = compiled(state, sharding.put_batch(batch, program.batch_sharding),
                             jax.random.PRNGKey(1))
   assert int(state.step) == 1 and np.isfinite(float(metrics['loss']))
   # Ten classes, zero-initialised head: the first loss is log(10).
