@@ -3,15 +3,20 @@
 #   make tpu-compiler  libtpu (~700 MB) in .venv/tpu-compiler, for make plan only (.ci/run too)
 #   make test      the test suite (CI runs exactly this through .ci/run)
 #   make bench     speed benchmarks, results in bench/results/
-#   make demo      the main job: the whole tiny router study on embedded Fashion-MNIST, then its
-#                  tables and figures in results/tiny/ (sweep + tables below)
+#   make demo      the main job: one seed of the tiny study (dense ViT and the six routers at
+#                  c = 1, 2 runs at a time) on embedded Fashion-MNIST; tables, figures, routing
+#                  maps and its numbers beside the committed study's in results/demo/ (git-ignored)
+#   make study     the committed tiny study: dense, 6 routers x c in {1, 2} and the softmax-combine
+#                  ablation, $(STUDY_SEEDS) seeds, resumable; each finished run's summary.json goes
+#                  to results/tiny/runs/ (to commit), then results/tiny/ is regenerated from them
 #   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
 #                  runs are skipped, so a killed sweep resumes
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
 #                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
 #                  resumable, cached in workdirs/plan)
-#   make tables    tables and figures from every summary.json under $(WORKDIRS), in $(TABLES_OUT)
+#   make tables    tables, figures and claims from every summary.json under $(TABLES_RUNS), in
+#                  $(TABLES_OUT): by default the committed study's (results/tiny/runs -> results/tiny)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,11 +26,17 @@ TPU_COMPILER_STAMP := $(VENV)/tpu-compiler/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo plan
+.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo study plan
 ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
-TABLES_OUT ?= results/out
+STUDY_RUNS := results/tiny/runs
+STUDY_SEEDS ?= 3
+TABLES_RUNS ?= $(STUDY_RUNS)
+TABLES_OUT ?= results/tiny
+# The tiny runs log to TensorBoard and metrics.jsonl only: wandb's start-up (~4 s a run) is left
+# out; two runs at a time keep both cores busy (launch/sweep.py --jobs).
+TINY_SWEEP = $(PY) -m launch.sweep --arch tiny --jobs 2 --python $(PY) --config.wandb.mode=disabled
 
 install: $(STAMP) fashion-mnist
 
@@ -84,13 +95,19 @@ sweep: install
 	  --include-ablation --python $(PY) $(OVERRIDES)
 
 tables: install
-	$(PY) -m results.tables --runs $(WORKDIRS) --out $(TABLES_OUT)
+	$(PY) -m results.tables --runs $(TABLES_RUNS) --out $(TABLES_OUT)
 
-# The demo's runs log to TensorBoard and metrics.jsonl only: wandb's start-up (~4 s a run) is
-# left out of the 30-minute budget.
+# Never writes a tracked file: its runs go to $(WORKDIRS)/demo, its report to results/demo/.
 demo: install
-	$(MAKE) sweep ARCH=tiny OVERRIDES=--config.wandb.mode=disabled
-	$(MAKE) tables WORKDIRS=$(WORKDIRS)/tiny TABLES_OUT=results/tiny
+	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/demo --capacities 1
+	$(PY) -m results.tables --runs $(WORKDIRS)/demo/tiny --out results/demo --beside $(STUDY_RUNS)
+	$(PY) -m results.routing_maps --runs $(WORKDIRS)/demo/tiny --out results/demo/routing_maps.png
+
+study: install
+	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/study --seeds $(STUDY_SEEDS) --include-ablation \
+	  --records $(STUDY_RUNS)
+	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
+	$(PY) -m results.tables --runs $(STUDY_RUNS) --out results/tiny
 
 plan: install tpu-compiler
 	$(PY) -m launch.plan --out docs/scaling.md

@@ -9,6 +9,7 @@ std. One new seed is a draw from the same spread as the study's seeds, so a diff
 std is what agreement looks like. A row whose config differs from the study's in more than the
 seed is compared with nothing: the keys that differ are named instead.
 """
+import os
 from typing import Sequence
 
 from results import claims
@@ -59,6 +60,9 @@ def to_markdown(new_rows: dict, study_rows: dict, study: str) -> str:
 
 def compare(new_runs: Sequence[summaries.Run], study_dir: str) -> tuple[str, list[str]]:
   """The markdown comparing `new_runs` with the summaries under `study_dir`, and problems."""
+  if not os.path.isdir(study_dir):
+    return (f'# Beside the study in `{study_dir}`\n\nNo study there: `make study` writes one.\n',
+            [f'--beside {study_dir}: not a directory; nothing to compare with.'])
   study_runs, problems = summaries.load_runs(study_dir)
   study_rows, group_problems = summaries.group_seeds(study_runs)
   new_rows, _ = summaries.group_seeds(new_runs)

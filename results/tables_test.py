@@ -272,3 +272,10 @@ def test_beside_names_the_keys_of_a_different_config(tmp_path):
   runs, _ = summaries.load_runs(new)
   text, _ = beside.compare(runs, study)
   assert '| config differs: steps | — |' in text
+
+
+def test_beside_a_missing_study_says_so(tmp_path):
+  write_summary(str(tmp_path / 'new'), router='soft_moe', capacity=1.0)
+  runs, _ = summaries.load_runs(str(tmp_path / 'new'))
+  text, problems = beside.compare(runs, str(tmp_path / 'absent'))
+  assert 'No study there' in text and 'not a directory' in problems[0]
