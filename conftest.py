@@ -65,10 +65,10 @@ def tiny_experiment():
   """build(arg='', overrides=None, num_devices=1) -> the Experiment of configs/tiny.py:ARG with
   `overrides` ({'dotted.key': value}, as --config.dotted.key=value) for `num_devices` devices."""
   from configs import common           # pylint: disable=import-outside-toplevel  (after XLA_FLAGS)
-  from configs import experiment       # pylint: disable=import-outside-toplevel
   from configs import tiny             # pylint: disable=import-outside-toplevel
+  from vmoe import experiment as experiment_lib   # pylint: disable=import-outside-toplevel
 
   def build(arg: str = '', overrides: dict | None = None, num_devices: int = 1):
     config = common.override(tiny.get_config(arg), overrides or {})
-    return experiment.parse(config, num_devices=num_devices)
+    return experiment_lib.parse(config, num_devices=num_devices)
   return build

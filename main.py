@@ -5,7 +5,7 @@ Overrides work as ml-collections users expect, e.g. --config.num_train_steps=100
 
 A user error (base/errors.py UserError: a bad flag, config, workdir or missing data) prints one
 message saying what to change and exits with status 2; --verbose or VMOE_VERBOSE=1 adds its
-traceback (configs/cli.py). Any other exception is a bug and keeps its traceback.
+traceback (vmoe/cli.py). Any other exception is a bug and keeps its traceback.
 
 The console shows the run's header, progress, evaluations and summary (vmoe/console.py); the
 libraries' INFO logs go to WORKDIR/log.txt, and --verbose shows them too (vmoe/run_log.py).
@@ -14,8 +14,8 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from configs import cli
-from configs import experiment as experiment_parser
+from vmoe import cli
+from vmoe import experiment as experiment_lib
 from vmoe import run_log
 from vmoe import sharding
 
@@ -43,9 +43,9 @@ def main(argv):
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   # The config is parsed into typed sections once; a bad one fails here, in seconds: the
   # trainer's imports (TensorFlow, clu, wandb) come after. Batch sizes the user set are kept;
-  # the config file's are fitted to the devices (configs/batches.py).
+  # the config file's are fitted to the devices (vmoe/experiment.py).
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
-  experiment = experiment_parser.parse(_CONFIG.value, fixed=set(overrides))
+  experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from base import atomic
-from configs import experiment as experiment_parser
+from vmoe import experiment as experiment_parser
 from data import pipeline
 from vmoe import checkpointing
 from vmoe import run_protocol

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench import router_logits
-from configs import experiment
+from vmoe import experiment
 from configs import tiny
 from vmoe import run_protocol
 

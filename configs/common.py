@@ -11,15 +11,14 @@ choices (Every-2, E = 32, C = round(c T / E) with c in {1, 2}, ImageNet 10-shot)
 
 A config argument selects presets, big_vision style: `configs/b32_sinkhorn_ec.py:c=2,runlocal=True`
 (`parse_arg`); single values are overridden with `--config.KEY=VALUE`. Each block is built from its
-section's dataclass (configs/experiment.py `section`), so a key not set below holds that class's
-default, and configs/experiment.py `parse` turns the whole config into a vmoe.experiment.Experiment.
+section's dataclass (vmoe/experiment.py `config_block`), so a key not set below holds that class's
+default, and vmoe/experiment.py `parse` turns the whole config into a vmoe.experiment.Experiment.
 """
 import math
 
 import ml_collections as mlc
 
 from base import errors
-from configs import experiment
 from data import config as data_config
 from evaluation import classify
 from evaluation import fewshot
@@ -131,7 +130,7 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
     raise errors.UserError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
-  config = experiment.section(moe_lib.MoeConfig(
+  config = experiment_lib.config_block(moe_lib.MoeConfig(
       num_experts=0 if router == DENSE else num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
       router=router_config))
@@ -139,26 +138,12 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
   return config
 
 
-def routed_capacity(config: mlc.ConfigDict) -> tuple[int, int, float]:
-  """(T, C, effective c) of a config's MoE layers: T tokens per routing group, C slots per expert,
-  and the capacity factor C E / T the rounding leaves (docs/fidelity.md lists the 18 configs').
-
-  Sparse routers route groups of moe.group_size images; Soft MoE routes each image alone. An
-  image has (image_size / patch)^2 patches, plus the class token with pool = 'tok'.
-  """
-  parsed = experiment.parse(config, num_devices=1)
-  moe = parsed.moe
-  num_tokens = moe.images_per_group * parsed.model.tokens_per_image
-  capacity = moe.router.capacity(num_tokens, moe.num_experts)
-  return num_tokens, capacity, capacity * moe.num_experts / num_tokens
-
-
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,
                  head_bias_init: float) -> mlc.ConfigDict:
   """`config.model`: a ViT variant ('B/32') with V-MoE's head, pooling and (no) dropout (the
   defaults of vit.ModelConfig: V-MoE's classifier='token', dropout 0, no pre-logits layer)."""
-  return experiment.section(vit.ModelConfig(variant, num_classes, image_size, channels,
-                                            head_bias_init))
+  return experiment_lib.config_block(vit.ModelConfig(variant, num_classes, image_size, channels,
+                                                     head_bias_init))
 
 
 def fewshot_config(datasets: dict, pp: str, batch_size: int, every_steps: int) -> mlc.ConfigDict:
@@ -167,12 +152,12 @@ def fewshot_config(datasets: dict, pp: str, batch_size: int, every_steps: int) -
 
   datasets: name -> (split to draw the shots from, split to evaluate on).
   """
-  return experiment.section(fewshot.FewShotConfig(datasets, pp, batch_size, every_steps))
+  return experiment_lib.config_block(fewshot.FewShotConfig(datasets, pp, batch_size, every_steps))
 
 
 def data_block(**values) -> mlc.ConfigDict:
   """`config.data`: data.config.DataConfig of `values` (the other keys at its defaults)."""
-  return experiment.section(data_config.DataConfig(**values))
+  return experiment_lib.config_block(data_config.DataConfig(**values))
 
 
 def labels_pp(num_classes: int) -> str:
@@ -260,11 +245,12 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.data = _imagenet21k_data(image_size)
   # V-MoE: Adam (0.9, 0.999), weight_decay = [('.*/kernel', 0.1)] decoupled, gradient_clip 1.0
   # (optim.OptimizerConfig's defaults but the decay).
-  config.optimizer = experiment.section(optim.OptimizerConfig(weight_decay=0.1))
+  config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=0.1))
   # V-MoE: linear warmup 10k steps, then linear decay to 1e-5 (ScheduleConfig's end_lr).
-  config.schedule = experiment.section(optim.ScheduleConfig(peak_lr=PAPER_PEAK_LR[variant],
-                                                            warmup_steps=10_000))
-  config.eval = experiment.section(classify.EvalConfig(every_steps=1_000, batch_size=4096))
+  config.schedule = experiment_lib.config_block(
+      optim.ScheduleConfig(peak_lr=PAPER_PEAK_LR[variant], warmup_steps=10_000))
+  config.eval = experiment_lib.config_block(classify.EvalConfig(every_steps=1_000,
+                                                                batch_size=4096))
   # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
   # imagenet2012_subset/10pct (a 10% subset of train) and evaluates every 25k steps.
   config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
@@ -272,13 +258,13 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
                                   every_steps=25_000)
   # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background. keep = 2 here, so that a
   # corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py; fidelity doc).
-  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=1_000,
-                                                                        keep=2))
-  config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers'))
+  config.checkpoint = experiment_lib.config_block(
+      checkpointing.CheckpointConfig(every_steps=1_000, keep=2))
+  config.wandb = experiment_lib.config_block(experiment_lib.WandbConfig(project='vmoe-routers'))
   # V-MoE: num_expert_partitions = num_experts, capped at the devices (get_auto_logical_mesh):
   # mesh.expert = -1 is gcd(devices, E) devices along 'expert' (sharding.MeshConfig); 1 x 1 on one
   # device. --config.mesh.expert=1 is data-parallel only.
-  config.mesh = experiment.section(sharding.MeshConfig(expert=sharding.AUTO))
+  config.mesh = experiment_lib.config_block(sharding.MeshConfig(expert=sharding.AUTO))
   if arg.runlocal:
     # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
     # on embedded images in place of ImageNet.

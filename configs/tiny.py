@@ -28,7 +28,6 @@ Few-shot: 10-shot linear transfer to scikit-learn digits and to Fashion-MNIST (t
 import ml_collections as mlc
 
 from configs import common
-from configs import experiment
 from evaluation import classify
 from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
@@ -69,19 +68,22 @@ def get_config(arg=None):
       num_classes=10,
       shuffle_buffer=60_000,            # The whole training set: a full shuffle.
       cache=True)                       # 47 MB of uint8 images.
-  config.optimizer = experiment.section(optim.OptimizerConfig(weight_decay=1e-4))
-  config.schedule = experiment.section(optim.ScheduleConfig(peak_lr=PEAK_LR, warmup_steps=100))
-  config.eval = experiment.section(classify.EvalConfig(every_steps=500,
-                                                       batch_size=EVAL_BATCH_SIZE))
+  config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=1e-4))
+  config.schedule = experiment_lib.config_block(optim.ScheduleConfig(peak_lr=PEAK_LR,
+                                                                     warmup_steps=100))
+  config.eval = experiment_lib.config_block(classify.EvalConfig(every_steps=500,
+                                                                batch_size=EVAL_BATCH_SIZE))
   # Digits are 8x8: resize to the model's 28x28 (a no-op for Fashion-MNIST). At the end only.
   config.fewshot = common.fewshot_config(
       {'digits': ('train', 'test'), 'fashion_mnist': ('train', 'test')},
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
   # keep = 2: a corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py).
-  config.checkpoint = experiment.section(checkpointing.CheckpointConfig(every_steps=500, keep=2))
-  config.wandb = experiment.section(experiment_lib.WandbConfig(project='vmoe-routers-tiny'))
-  config.mesh = experiment.section(sharding.MeshConfig())
+  config.checkpoint = experiment_lib.config_block(
+      checkpointing.CheckpointConfig(every_steps=500, keep=2))
+  config.wandb = experiment_lib.config_block(
+      experiment_lib.WandbConfig(project='vmoe-routers-tiny'))
+  config.mesh = experiment_lib.config_block(sharding.MeshConfig())
   if arg.runlocal:
     common.runlocal(config)
     config.batch_size = config.eval.batch_size = config.fewshot.batch_size = GROUP_SIZE

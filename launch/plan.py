@@ -66,8 +66,8 @@ import numpy as np   # pylint: disable=wrong-import-position
 from base import atomic   # pylint: disable=wrong-import-position
 from base import fast_compile   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
-from configs import experiment as experiment_parser   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
+from vmoe import experiment as experiment_lib   # pylint: disable=wrong-import-position
 from vmoe import flops   # pylint: disable=wrong-import-position
 from vmoe import setup as setup_lib   # pylint: disable=wrong-import-position
 from vmoe import sharding   # pylint: disable=wrong-import-position
@@ -125,7 +125,7 @@ def device_bytes(tree, shardings) -> int:
 def measure(config, devices) -> dict:
   """Compiles `config`'s train step at config.batch_size over `devices` (CPU devices, or TPU
   devices of a topology); the per-device counters."""
-  experiment = experiment_parser.parse(config, num_devices=len(devices))   # Resolves the mesh.
+  experiment = experiment_lib.parse(config, num_devices=len(devices))   # Resolves the mesh.
   data, expert = experiment.mesh.data, experiment.mesh.expert
   setup = setup_lib.build(experiment, sharding.make_mesh(experiment.mesh, devices))
   state, state_shardings = setup.abstract_state, setup.state_shardings

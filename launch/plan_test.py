@@ -12,9 +12,9 @@ import jax
 import pytest
 
 from configs import common
-from configs import experiment as experiment_parser
 from launch import plan
 from launch import tpu_compiler
+from vmoe import experiment as experiment_lib
 
 
 @pytest.mark.parametrize('devices,mesh', [(32, (1, 32)), (128, (4, 32)), (8, (1, 8)),
@@ -22,7 +22,7 @@ from launch import tpu_compiler
 def test_the_expert_axis_takes_as_many_devices_as_experts_allow(devices, mesh):
   # `measure` compiles on the parsed config's mesh: the paper configs' mesh.expert = -1, resolved
   # to gcd(devices, 32) (vmoe/sharding.py resolve). fixed=(): 12 devices fit the batch sizes.
-  parsed = experiment_parser.parse(plan.paper_config('B/32'), num_devices=devices, fixed=())
+  parsed = experiment_lib.parse(plan.paper_config('B/32'), num_devices=devices, fixed=())
   assert (parsed.mesh.data, parsed.mesh.expert) == mesh
 
 

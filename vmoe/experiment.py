@@ -1,12 +1,38 @@
-"""The experiment record: a run's config as typed sections, each owned by its module.
+"""The experiment record, and `parse`: the one way from a config to a record valid by construction.
 
-configs/experiment.py parses an ml-collections config into an `Experiment` once, at the start of
-a run; library code then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the
-config tree. `to_dict()` has the config's layout, and `from_dict` reads it back: a recorded run's
-config (its config.json or summary.json's resolved_config) becomes the same record again.
+A run's config becomes an `Experiment` once, at the start of the run (main.py), and library code
+then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the config tree, and
+trusts it: the rules below are checked here and nowhere else.
+
+`parse(tree, num_devices)` runs every check, in this order, each written once:
+  1. the keys: an unknown or missing key is named (`_build`);
+  2. each section's own values: its owner's frozen dataclass checks them as it is built
+     (vit.ModelConfig, moe.MoeConfig holding a router.RouterConfig, data.config.DataConfig,
+     optim.*Config, classify.EvalConfig, fewshot.FewShotConfig, checkpointing.CheckpointConfig,
+     WandbConfig, sharding.MeshConfig; and the run-level keys, `Experiment`);
+  3. the rules that span sections (`_check_across_sections`): the model's classes are the data's,
+     MoE layers fit the model's blocks, the warm-up ends before training does;
+  4. the mesh: its automatic sizes become this run's numbers and it must fit the devices and split
+     the experts (vmoe/sharding.py `resolve`);
+  5. the batch sizes: each a whole number of routing groups on every device (`fit_batches`).
+Errors are base/errors.py UserErrors naming the key to change (main.py: one line, exit status 2).
+The sections' own checks raise ValueError (they also guard programmatic use), which `parse` turns
+into UserErrors.
+
+`to_dict()` has the config's layout, so a recorded run's config (its config.json, or
+summary.json's resolved_config) parses back into the same record. `config_block(section)` goes the
+other way: the configs build their blocks from the section dataclasses (configs/common.py), so
+every default lives in one place, the dataclass.
 """
+from collections.abc import Collection
 import dataclasses
 import json
+import math
+import typing
+
+from absl import logging
+import jax
+import ml_collections as mlc
 
 from base import errors
 from data import config as data_config
@@ -43,9 +69,8 @@ class Experiment:
   seed: the initialisation, data order and step keys. batch_size: images per step over all
   devices. loss: vmoe/losses.py LOSSES ('sigmoid_xent' for multi-label data). mixup_alpha: the
   mixup concentration (0: off). log_every_steps: how often metrics are written. config_arg: the
-  config file's argument ('c=2,runlocal=False'), as recorded. The checks that span sections (MoE
-  placement and capacity against the model, the mesh against the devices) are
-  configs/experiment.py's `check`; batches into routing groups over devices, configs/batches.py.
+  config file's argument ('c=2,runlocal=False'), as recorded. Built by `parse`, which also checks
+  what spans sections.
   """
   seed: int
   batch_size: int
@@ -85,6 +110,28 @@ class Experiment:
     return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
+          fixed: Collection[str] | None = None) -> Experiment:
+  """The experiment record of `config` (a config, or a recorded one: the dict of a run's
+  config.json), after every check (module docstring), for `num_devices` devices (default: all of
+  jax.devices()); fails with a UserError naming the key to change.
+
+  The record holds numbers for the mesh's automatic sizes, and batch sizes fitted to the devices:
+  the mesh the run builds, its console header and its record (WORKDIR/config.json) all show them.
+  fixed: the dotted keys the user set on the command line (main.py): batch sizes among them are
+  never changed, only refused (`fit_batches`). None: every key is fixed.
+  """
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  tree = config.to_dict() if isinstance(config, mlc.ConfigDict) else dict(config)
+  experiment = _sections(tree)
+  try:
+    _check_across_sections(experiment)
+    mesh = sharding.resolve(experiment.mesh, num_devices, experiment.moe.num_experts)
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
+  return fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
+
+
 # Config key -> the dataclass of that section (moe, which holds the router, is built apart).
 SECTIONS = {
     'model': vit.ModelConfig,
@@ -99,10 +146,9 @@ SECTIONS = {
 }
 
 
-def from_dict(tree: dict) -> Experiment:
+def _sections(tree: dict) -> Experiment:
   """The record of a config in `to_dict()`'s layout, each section checked by its own dataclass;
-  a UserError names an unknown, missing or bad key. The checks that span sections are
-  configs/experiment.py's."""
+  a UserError names an unknown, missing or bad key."""
   sections = {key: _build(cls, tree.get(key), key) for key, cls in SECTIONS.items()}
   moe = dict(_block(tree.get('moe'), 'moe'))
   router = moe.pop('router', None)
@@ -138,3 +184,122 @@ def _build(cls, values, where: str):
   except (TypeError, ValueError) as e:
     named = where == 'config' or prefix in str(e)     # The message already names the key.
     raise errors.UserError(str(e) if named else f'{where}: {e}') from None
+
+
+def _check_across_sections(experiment: Experiment) -> None:
+  """The rules that span sections (each section checked its own values as it was built); a
+  ValueError says which value to change."""
+  model, moe, data = experiment.model, experiment.moe, experiment.data
+  if model.num_classes != data.num_classes:
+    raise ValueError(f'model.num_classes={model.num_classes} but the data has {data.num_classes} '
+                     'classes (data.num_classes); make them equal.')
+  depth = model.size.depth
+  if moe.num_experts > 0 and moe.every > depth:
+    raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
+                     f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
+                     'moe.num_experts=0 for a dense model.')
+  warmup_steps, num_train_steps = experiment.schedule.warmup_steps, experiment.num_train_steps
+  if warmup_steps >= num_train_steps:
+    raise ValueError(f'schedule.warmup_steps={warmup_steps} must be in '
+                     f'[0, num_train_steps={num_train_steps}); lower it or train longer.')
+
+
+# Batch sizes that split into whole routing groups on every device: fitted, or one error.
+#
+# Every batch the model sees (training, eval, few-shot) is split over all devices, and each
+# device's share must be a whole number of routing groups (moe.group_size images; one image for a
+# dense model), so the sizes that work are the multiples of `batch_unit` = devices x group size.
+# A batch size that the config file set is a default for the devices it was written for: where it
+# does not fit this run's devices it is rounded up to the next multiple of the unit, with a
+# warning, so that e.g. `--config.mesh.expert=8` on 8 devices needs no other override. A size the
+# user chose on the command line is kept; when such sizes do not fit, one error names every
+# override needed. The resolved sizes are what the run records (WORKDIR/config.json), so a fitted
+# run is not mistaken for one at the config file's sizes.
+
+BATCH_KEYS = ('batch_size', 'eval.batch_size', 'fewshot.batch_size')
+
+
+def batch_unit(num_devices: int, group_size: int, num_experts: int) -> int:
+  """The batch sizes that fit are the positive multiples of this: a routing group per device."""
+  return num_devices * (group_size if num_experts > 0 else 1)
+
+
+def fitted_batch_size(batch_size: int, step: int) -> int:
+  """The smallest multiple of `step` that is >= batch_size (and >= step)."""
+  return max(1, math.ceil(batch_size / step)) * step
+
+
+def fit_batches(experiment: Experiment, num_devices: int,
+                fixed: Collection[str] | None = None) -> Experiment:
+  """`experiment` with its batch sizes fitted to `num_devices` (the comment above BATCH_KEYS).
+
+  fixed: the keys (BATCH_KEYS' spelling) the user chose; a size among them that does not fit
+  fails. None: every key is fixed (fail rather than change a value; for callers with no command
+  line).
+  """
+  moe = experiment.moe
+  step = batch_unit(num_devices, moe.group_size, moe.num_experts)
+  sizes = {key: _get(experiment, key) for key in BATCH_KEYS}
+  misfits = {key: size for key, size in sizes.items() if size % step}
+  refused = {key: size for key, size in misfits.items() if fixed is None or key in fixed}
+  if refused:
+    raise errors.UserError(_misfit_message(refused, num_devices, moe, step))
+  for key, size in misfits.items():
+    fitted = fitted_batch_size(size, step)
+    logging.warning('%s=%d does not split into whole routing groups over %d devices; using %d '
+                    '(set --config.%s to choose).', key, size, num_devices, fitted, key)
+    experiment = _replace(experiment, key, fitted)
+  return experiment
+
+
+def _misfit_message(refused: dict, num_devices: int, moe: moe_lib.MoeConfig, step: int) -> str:
+  """One error for every refused size: why each fails, then all the overrides that fix them."""
+  reasons = []
+  for key, size in refused.items():
+    per_device = size / num_devices
+    if size % num_devices:
+      reasons.append(f'{key}={size} does not split over {num_devices} devices')
+    else:
+      reasons.append(f'{key}={size} gives {per_device:.0f} images per device, not a multiple of '
+                     f'moe.group_size={moe.group_size} images per routing group')
+  overrides = ' '.join(f'--config.{key}={fitted_batch_size(size, step)}'
+                       for key, size in refused.items())
+  group = f' x moe.group_size={moe.group_size}' if moe.num_experts > 0 else ''
+  return (f'{"; ".join(reasons)}. Set {overrides} (any positive multiple of {step} = '
+          f'{num_devices} devices{group})'
+          + (', or change moe.group_size.' if moe.num_experts > 0 else '.'))
+
+
+def _get(node, key: str):
+  """The value at the dotted `key` of nested dataclasses."""
+  for part in key.split('.'):
+    node = getattr(node, part)
+  return node
+
+
+def _replace(node, key: str, value):
+  """A copy of the frozen dataclass `node` with the dotted `key` set to `value`."""
+  head, _, rest = key.partition('.')
+  if not rest:
+    return dataclasses.replace(node, **{head: value})
+  return dataclasses.replace(node, **{head: _replace(getattr(node, head), rest, value)})
+
+
+def config_block(section) -> mlc.ConfigDict:
+  """A section dataclass as a config block: every field, nested sections as blocks, and None
+  fields as typed placeholders (so that --config.KEY=VALUE can set them)."""
+  values = {}
+  for field in dataclasses.fields(section):
+    value = getattr(section, field.name)
+    if dataclasses.is_dataclass(value):
+      value = config_block(value)
+    elif value is None:
+      value = mlc.config_dict.placeholder(_optional_type(field.type))
+    values[field.name] = value
+  return mlc.ConfigDict(values)
+
+
+def _optional_type(annotation) -> type:
+  """int for `int | None` (the type a placeholder takes)."""
+  types = [t for t in typing.get_args(annotation) if t is not type(None)]
+  return types[0] if len(types) == 1 else object

@@ -301,4 +301,4 @@ if __name__ == '__main__':
   with open(sys.argv[1], encoding='utf-8') as runs:
     records = json.load(runs)
   for run, record in records.items():
-    print(json.dumps(compare(run, experiment_lib.from_dict(record))), flush=True)
+    print(json.dumps(compare(run, experiment_lib.parse(record))), flush=True)

@@ -1,7 +1,7 @@
 """Tests of the JSON-lines metrics, their reader and the console progress line."""
 import numpy as np
 
-from vmoe import experiment
+from vmoe import experiment as experiment_lib
 from vmoe import observability
 
 
@@ -16,7 +16,7 @@ def test_jsonl_round_trip_keeps_the_last_record_per_step(tmp_path):
 
 
 def test_writer_with_wandb_disabled_writes_tensorboard_and_jsonl(tmp_path):
-  config = experiment.WandbConfig(mode='disabled', project='p')
+  config = experiment_lib.WandbConfig(mode='disabled', project='p')
   writer = observability.make_writer(str(tmp_path), config, {})
   writer.write_scalars(3, {'loss': 0.5})
   writer.close()

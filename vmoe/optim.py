@@ -40,10 +40,8 @@ class ScheduleConfig:
 
 
 def make_schedule(schedule: ScheduleConfig, num_train_steps: int) -> optax.Schedule:
-  """Linear warm-up from 0 to peak_lr over warmup_steps, then linear decay to end_lr at the end."""
-  if not 0 <= schedule.warmup_steps < num_train_steps:
-    raise ValueError(f'schedule.warmup_steps={schedule.warmup_steps} must be in '
-                     f'[0, num_train_steps={num_train_steps}); lower it or train longer.')
+  """Linear warm-up from 0 to peak_lr over warmup_steps, then linear decay to end_lr at the end
+  (vmoe/experiment.py `parse` checked that the warm-up ends before training does)."""
   warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps)
   decay = optax.linear_schedule(schedule.peak_lr, schedule.end_lr,
                                 num_train_steps - schedule.warmup_steps)

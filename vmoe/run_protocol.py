@@ -9,11 +9,21 @@ import signal
 # WORKDIR/SUMMARY_FILE is written atomically as the run's last act: it exists iff the run finished.
 SUMMARY_FILE = 'summary.json'
 # WORKDIR/CONFIG_FILE: the run's resolved config (Experiment.to_dict()), written at its start; a
-# resumed run must have the same one, and configs/experiment.py parses it back.
+# resumed run must have the same one, and vmoe/experiment.py parses it back.
 CONFIG_FILE = 'config.json'
-# The trainer's exit status after it saved its checkpoint on Ctrl-C or SIGTERM: 128 + SIGINT, the
-# status a shell gives a process killed by Ctrl-C, so the sweep stops as if it had been.
+# The trainer's exit status after it saved its checkpoint on a Ctrl-C (SIGINT) it got: 128 + SIGINT,
+# the status a shell gives a process killed by Ctrl-C, so the sweep stops as if it had been.
 INTERRUPTED = 128 + signal.SIGINT
+# Its exit status after it saved its checkpoint on a preemption notice (SIGTERM, to it or to another
+# process of the run; vmoe/preemption.py): 0, as schedulers expect of a job that stopped cleanly.
+# It writes no SUMMARY_FILE then, which tells it from a finished run: `stopped_early`.
+PREEMPTED = 0
+
+
+def stopped_early(status: int, finished: bool) -> bool:
+  """Whether a trainer that exited with `status` (and wrote its SUMMARY_FILE iff `finished`)
+  stopped on a signal after saving a checkpoint: a rerun of its command resumes it."""
+  return status == INTERRUPTED or (status == PREEMPTED and not finished)
 
 
 @dataclasses.dataclass(frozen=True)

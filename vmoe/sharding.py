@@ -52,7 +52,7 @@ def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, int]:
   """(data, expert) of a `config.mesh` with a number of expert devices (see `resolve` for -1) over
   `num_devices`; fails naming the flag when they differ.
 
-  Arithmetic only, so that configs/experiment.py checks a config before anything compiles.
+  Arithmetic only, so that vmoe/experiment.py checks a config before anything compiles.
   """
   expert = mesh_config.expert
   if expert < 1 or num_devices % expert:
@@ -67,17 +67,23 @@ def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, int]:
 
 def resolve(mesh_config: MeshConfig, num_devices: int, num_experts: int) -> MeshConfig:
   """`config.mesh` with numbers for its automatic (-1) sizes on `num_devices` devices and
-  `num_experts` experts (0: a dense model); fails, naming the flag, where they do not fit.
+  `num_experts` experts (0: a dense model); fails, naming the flag, where they do not fit: the
+  mesh must use every device, and its 'expert' axis must split the experts evenly.
 
-  Arithmetic only: configs/experiment.py `parse` resolves the mesh of every run (and of
-  launch/plan.py's slices) before anything compiles.
+  Arithmetic only: vmoe/experiment.py `parse` resolves the mesh of every run (and of
+  launch/plan.py's slices) before anything compiles; the shardings then trust it.
   """
   expert = mesh_config.expert
   if expert == AUTO and mesh_config.data != AUTO:
     expert = max(1, num_devices // mesh_config.data)     # mesh_shape checks data x expert.
   elif expert == AUTO:
     expert = math.gcd(num_devices, num_experts) if num_experts > 0 else 1
-  return MeshConfig(*mesh_shape(dataclasses.replace(mesh_config, expert=expert), num_devices))
+  data, expert = mesh_shape(dataclasses.replace(mesh_config, expert=expert), num_devices)
+  if num_experts % expert:
+    raise ValueError(f'moe.num_experts={num_experts} experts do not split over '
+                     f'mesh.expert={expert} devices; set --config.mesh.expert to a divisor of '
+                     f'{num_experts}.')
+  return MeshConfig(data, expert)
 
 
 def make_mesh(mesh_config: MeshConfig, devices=None) -> Mesh:
@@ -101,16 +107,10 @@ def leaf_spec(path, leaf) -> P:
 def tree_shardings(tree, mesh: Mesh):
   """NamedShardings for a (possibly abstract) pytree: parameters, optimizer state, train state.
 
-  Fails, naming the flag, when the experts do not split evenly over the mesh's 'expert' axis.
+  The experts split evenly over the mesh's 'expert' axis: `resolve` checked it.
   """
-  def sharding(path, leaf):
-    spec = leaf_spec(path, leaf)
-    if spec == P('expert') and leaf.shape[0] % mesh.shape['expert']:
-      raise ValueError(f'{leaf.shape[0]} experts do not split over mesh.expert='
-                       f'{mesh.shape["expert"]} devices; set --config.mesh.expert to a divisor of '
-                       f'{leaf.shape[0]}.')
-    return NamedSharding(mesh, spec)
-  return jax.tree_util.tree_map_with_path(sharding, tree)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, leaf: NamedSharding(mesh, leaf_spec(path, leaf)), tree)
 
 
 def constrain(x: jax.Array, spec: P) -> jax.Array:

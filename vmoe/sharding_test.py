@@ -78,12 +78,9 @@ def test_put_batch_assembles_the_global_batch():
 
 
 def test_mesh_errors_name_the_flag_when_experts_do_not_split():
-  devices = np.array([jax.devices()[0]] * 4).reshape(1, 4)   # Stand-ins: only shapes are checked.
-  mesh = jax.sharding.Mesh(devices, ('data', 'expert'))
-  tree = {'moe': {'experts': {'wi': jax.ShapeDtypeStruct((6, 2, 3), jnp.float32)}}}
   with pytest.raises(ValueError, match=r'6 experts do not split over mesh.expert=4 devices; set '
                                        r'--config.mesh.expert to a divisor of 6'):
-    sharding.tree_shardings(tree, mesh)
+    sharding.resolve(mesh_config(1, 4), 4, 6)
 
 
 def test_constrain_is_the_identity_without_a_mesh_and_a_constraint_with_one():

@@ -78,16 +78,7 @@ def moe_layer_indices(depth: int, every: int) -> tuple[int, ...]:
 
   every=2 is V-MoE's "Every-2" (blocks 1, 3, 5, ...), the placement the paper uses.
   """
-  if every < 1:
-    raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {every}.')
   return tuple(range(every - 1, depth, every))
-
-
-def compute_dtype(name: str):
-  """The jnp dtype of a DTYPES name; an unknown name fails listing the valid ones."""
-  if name not in DTYPES:
-    raise ValueError(f'unknown dtype {name!r}; valid: {", ".join(DTYPES)}.')
-  return DTYPES[name]
 
 
 def block_name(index: int) -> str:
@@ -227,12 +218,6 @@ class VisionTransformer(nn.Module):
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool = False):
-    if self.pool not in POOLS:
-      raise ValueError(f'unknown pool {self.pool!r}; valid: {", ".join(POOLS)}.')
-    _, height, width, _ = images.shape
-    if height % self.patch_size or width % self.patch_size:
-      raise ValueError(f'patch size {self.patch_size} does not divide the {height}x{width} '
-                       'images; change model.patch_size or model.image_size.')
     p = self.patch_size
     x = nn.Conv(self.width, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
                 name='embedding')(images)
@@ -276,14 +261,11 @@ class VisionTransformer(nn.Module):
 
 
 def build_model(model: ModelConfig, moe: moe_lib.MoeConfig) -> VisionTransformer:
-  """The ViT of `model`, with MoE layers as `moe` places them (dense when moe.num_experts == 0)."""
+  """The ViT of `model`, with MoE layers as `moe` places them (dense when moe.num_experts == 0);
+  vmoe/experiment.py `parse` checked that they place at least one."""
   size = model.size
-  if moe.num_experts > 0 and moe.every > size.depth:
-    raise ValueError(f'moe.every={moe.every} places no MoE layer in a {size.depth}-block model; '
-                     f'use 1 <= moe.every <= {size.depth} (2 is the paper\'s Every-2), or '
-                     'moe.num_experts=0 for a dense model.')
   return VisionTransformer(
       num_classes=model.num_classes, patch_size=model.patch, pool=model.pool,
       representation_size=model.representation_size, head_bias_init=model.head_bias_init,
       dropout_rate=model.dropout_rate, moe=moe if moe.num_experts > 0 else None,
-      dtype=compute_dtype(model.dtype), remat=model.remat, **dataclasses.asdict(size))
+      dtype=DTYPES[model.dtype], remat=model.remat, **dataclasses.asdict(size))

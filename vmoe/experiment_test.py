@@ -1,19 +1,17 @@
-"""Tests of configs/batches.py: batch sizes fitted to the devices, or one error naming them all."""
+"""Tests of vmoe/experiment.py's batch fitting: batch sizes fitted to the devices, or one error
+naming them all. (What every config parses to, and the errors a bad one gets, are
+configs/configs_test.py's.)"""
 import pytest
 
 from base import errors
-from configs import batches
-from configs import experiment as experiment_parser
-from configs import tiny
+from vmoe import experiment as experiment_lib
 
 
-def tiny_experiment(**changes):
-  """configs/tiny.py (batch 64, eval and few-shot 400, groups of 16 images) parsed for 1 device."""
-  config = tiny.get_config()
-  for key, value in changes.items():
-    section, _, leaf = key.rpartition('.')
-    (config[section] if section else config)[leaf] = value
-  return experiment_parser.parse(config, num_devices=1)
+@pytest.fixture
+def tiny(tiny_experiment):
+  """configs/tiny.py (batch 64, eval and few-shot 400, groups of 16 images) parsed for 1 device,
+  with {'dotted.key': value} changes."""
+  return lambda **changes: tiny_experiment('', changes)
 
 
 def sizes(experiment) -> tuple:
@@ -21,36 +19,36 @@ def sizes(experiment) -> tuple:
 
 
 def test_unit_is_one_routing_group_per_device():
-  assert batches.unit(num_devices=8, group_size=16, num_experts=8) == 128
-  assert batches.unit(num_devices=8, group_size=16, num_experts=0) == 8   # Dense: whole images.
+  assert experiment_lib.batch_unit(num_devices=8, group_size=16, num_experts=8) == 128
+  assert experiment_lib.batch_unit(num_devices=8, group_size=16, num_experts=0) == 8   # Dense.
 
 
 @pytest.mark.parametrize('batch_size, step, expected', [
     (64, 128, 128), (400, 128, 512), (512, 128, 512), (513, 128, 640), (1, 8, 8)])
 def test_fitted_rounds_up_to_the_next_multiple(batch_size, step, expected):
-  assert batches.fitted(batch_size, step) == expected
+  assert experiment_lib.fitted_batch_size(batch_size, step) == expected
 
 
-def test_the_config_files_batches_are_fitted_to_8_devices():
+def test_the_config_files_batches_are_fitted_to_8_devices(tiny):
   # 8 devices x 16 images: 64 -> 128, 400 -> 512 (4 x 128 = 512 is the first multiple >= 400).
-  experiment = tiny_experiment()
-  fitted = batches.fit(experiment, num_devices=8, fixed=set())
+  experiment = tiny()
+  fitted = experiment_lib.fit_batches(experiment, num_devices=8, fixed=set())
   assert sizes(fitted) == (128, 512, 512)
   assert fitted.eval.every_steps == experiment.eval.every_steps    # Nothing else changes.
   assert fitted.fewshot.datasets == experiment.fewshot.datasets
 
 
-def test_sizes_that_fit_are_kept():
-  experiment = tiny_experiment()
-  assert batches.fit(experiment, num_devices=1, fixed=None) == experiment
-  assert sizes(batches.fit(experiment, num_devices=2, fixed=set())) == (64, 416, 416)
+def test_sizes_that_fit_are_kept(tiny):
+  experiment = tiny()
+  assert experiment_lib.fit_batches(experiment, num_devices=1, fixed=None) == experiment
+  assert sizes(experiment_lib.fit_batches(experiment, num_devices=2, fixed=set())) == (64, 416, 416)
 
 
-def test_one_error_names_every_override_the_user_must_change():
+def test_one_error_names_every_override_the_user_must_change(tiny):
   # The user chose batch_size and eval.batch_size; fewshot.batch_size is the config file's, so
   # it is fitted and not named.
   with pytest.raises(errors.UserError) as error:
-    batches.fit(tiny_experiment(), num_devices=8, fixed={'batch_size', 'eval.batch_size'})
+    experiment_lib.fit_batches(tiny(), num_devices=8, fixed={'batch_size', 'eval.batch_size'})
   assert str(error.value) == (
       'batch_size=64 gives 8 images per device, not a multiple of moe.group_size=16 images per '
       'routing group; eval.batch_size=400 gives 50 images per device, not a multiple of '
@@ -59,9 +57,9 @@ def test_one_error_names_every_override_the_user_must_change():
       'moe.group_size=16), or change moe.group_size.')
 
 
-def test_without_a_command_line_every_misfit_is_refused():
+def test_without_a_command_line_every_misfit_is_refused(tiny):
   with pytest.raises(errors.UserError, match='batch_size=64 does not split over 3 devices.*'
                      'eval.batch_size=64 does not split.*Set --config.batch_size=96 '
                      '--config.eval.batch_size=96 --config.fewshot.batch_size=96'):
-    batches.fit(tiny_experiment(**{'moe.group_size': 32, 'eval.batch_size': 64,
-                                   'fewshot.batch_size': 64}), num_devices=3)
+    experiment_lib.fit_batches(tiny(**{'moe.group_size': 32, 'eval.batch_size': 64,
+                                       'fewshot.batch_size': 64}), num_devices=3)
