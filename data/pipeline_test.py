@@ -132,27 +132,6 @@ def test_cache_gives_the_same_batches(digits_dir):
   assert_same_batches(plain, cached)
 
 
-def test_decoded_split_is_saved_and_reused(tmp_path):
-  config = data_config(data_dir=str(tmp_path), cache=True)
-  first = take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2)
-  stored, = (tmp_path / 'sklearn_digits' / '1.0.0').glob('decoded-test__40_-decode*.npz')
-  with np.load(stored) as arrays:
-    assert arrays['image'].shape[0] == 40 and arrays['label'].shape == (40,)
-    edited = {k: v for k, v in arrays.items()}
-  # A later process loads the file instead of decoding: clear the memo and edit the file.
-  pipeline._cached.cache_clear()
-  edited['image'] = np.zeros_like(edited['image'])
-  np.savez(stored, **edited)
-  again = take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2)
-  np.testing.assert_array_equal(again[0]['labels'], first[0]['labels'])
-  assert (again[0]['image'] == -1).all() and not (first[0]['image'] == -1).all()  # 0 -> -1.
-  # A file that does not match the split (another version of it) is decoded again.
-  pipeline._cached.cache_clear()
-  np.savez(stored, image=edited['image'][:3], label=edited['label'][:3])
-  assert_same_batches(take(pipeline.make_eval_iterator(config, 'test[:40]', batch_size=20), 2),
-                      first)
-
-
 def test_state_of_another_run_is_refused(digits_dir):
   config = data_config(data_dir=digits_dir)
   state = pipeline.make_train_iterator(config, batch_size=32, seed=0).get_state()
@@ -229,43 +208,15 @@ def test_imagenet2012_mock_data(tmp_path):
     assert batches[0]['image'].shape == (16, 16, 16, 3)
 
 
-def test_label_index_is_saved_and_reused(tmp_path):
-  config = data_config(data_dir=str(tmp_path))
-  labels = pipeline.split_labels(config, 'test[:100]')
-  index = tmp_path / 'sklearn_digits' / '1.0.0' / 'labels-test__100_.npy'   # [ and : replaced
-  np.testing.assert_array_equal(np.load(index), labels)
-  # A later process reads the file: stand in for it by clearing the memo and editing the file.
-  pipeline._labels.cache_clear()
-  np.save(index, np.full(100, 7))
-  assert set(pipeline.split_labels(config, 'test[:100]')) == {7}
-
-
 def test_pipelines_run_without_the_autotune_model_thread(digits_dir):
   """Autotuning's model thread can stall an iterator's destructor for tens of seconds with the
-  GIL held (see pipeline.PARALLEL_CALLS); every pipeline the trainer builds turns it off."""
+  GIL held (see reader.PARALLEL_CALLS); every pipeline the trainer builds turns it off."""
   config = data_config(data_dir=digits_dir)
   iterators = [pipeline.make_train_iterator(config, batch_size=32, seed=0),
                pipeline.make_eval_iterator(config, 'test', batch_size=100)]
   for iterator in iterators:
-    assert iterator._dataset(0).options().autotune.enabled is False
+    assert iterator.dataset(0).options().autotune.enabled is False
     assert next(iterator)['image'].shape[0] in (32, 100)
-
-
-def test_saved_label_index_and_decoded_split_are_readable_by_other_users(tmp_path):
-  """A shared data_dir: what one user saves, another loads. Files get 0666 less the umask (0644
-  under 022), not a temporary file's owner-only 0600."""
-  config = data_config(data_dir=str(tmp_path), cache=True)
-  old = os.umask(0o022)
-  try:
-    pipeline.split_labels(config, 'test[:30]')
-    take(pipeline.make_eval_iterator(config, 'test[:30]', batch_size=10), 1)
-  finally:
-    os.umask(old)
-  version_dir = tmp_path / 'sklearn_digits' / '1.0.0'
-  saved = sorted(version_dir.glob('labels-test__30_*')) + sorted(version_dir.glob('decoded-*'))
-  assert len(saved) == 2
-  assert [p.stat().st_mode & 0o777 for p in saved] == [0o644, 0o644]
-  assert not list(version_dir.glob('*.tmp'))
 
 
 def checksums(batches) -> list[str]:

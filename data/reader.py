@@ -1,0 +1,81 @@
+"""A split's examples by record index: parsed records, or the arrays of a split cached decoded.
+
+The reader knows nothing of order, seeds or batching (data/orders.py, data/batches.py): it turns
+(seed position, record index) elements into (seed position, example) elements, and reads one
+example eagerly when a failing record has to be named.
+"""
+import dataclasses
+import os
+import re
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from data import sources
+
+CHUNK = 64          # Records fetched per Python call into the records' reader.
+# Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
+# thread that an iterator's destructor joins, and that thread can sit out its optimisation period
+# before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
+# Python thread, asynchronous checkpoint saves included (the runs and gdb trace are in commit
+# 565cd61's message; vmoe/checkpointing_test.py's fifty-saves test guards it). Eval iterators are
+# dropped mid-run too. bench/results/input_pipeline.json holds the throughput with this setting.
+PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reader:
+  """A split's examples by index, before the pp steps still to run.
+
+  steps: the pp steps still to run (all of pp's, or those after the cached `decode`). cached:
+  {key: array over all records} of the split after the pp's leading steps, or None to parse
+  records.
+  """
+  records: sources.Records
+  steps: list
+  pp: str
+  cached: dict | None
+
+  def examples(self, slots: tf.data.Dataset) -> tf.data.Dataset:
+    """(position, index) int64 elements -> (position, example before `steps`) elements."""
+    if self.cached is not None:
+      arrays = {k: tf.constant(v) for k, v in self.cached.items()}
+      return slots.map(lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()}))
+
+    def fetch(indices):
+      return np.array(self.records.read(indices), dtype=object)
+
+    def read(t, i):
+      serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
+      return t, tf.ensure_shape(serialized, [None])
+    return slots.batch(CHUNK).map(read).unbatch().map(
+        lambda t, s: (t, self.records.parse(s)), num_parallel_calls=PARALLEL_CALLS)
+
+  def example(self, index: int) -> dict:
+    """One example before `steps`, computed eagerly."""
+    if self.cached is not None:
+      return {k: tf.constant(v[index]) for k, v in self.cached.items()}
+    return self.records.parse(tf.constant(self.records.read([index])[0]))
+
+  def failure(self, index: int, process: Callable[[dict], dict]) -> str | None:
+    """Reads record `index` and runs `process` (its pp steps) eagerly: a report naming the record
+    (file and number, and its key or file name) if that fails, else None."""
+    example = {}
+    try:
+      example = self.example(index)
+      process(example)
+    except Exception as e:  # Any failure of this record is what we report.
+      name = ''
+      for key in ('file_name', 'key'):
+        if key in example and example[key].dtype == tf.string:
+          name = f' ({key} {example[key].numpy().decode(errors="replace")!r})'
+      return (f'{self.records.locate(index)}{name} of {self.records.description} failed in pp '
+              f'"{self.pp}": {_short(e)}. Fix or remove this record.')
+    return None
+
+
+def _short(error: Exception) -> str:
+  """The first line of an error, without TF's '{{function_node ...}}' and '[Op:...]' wrappers."""
+  text = re.sub(r'\{\{function_node [^}]*\}\}|\[Op:[^\]]*\].*', '', str(error)).strip()
+  return text.splitlines()[0].strip() if text else type(error).__name__

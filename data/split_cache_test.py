@@ -1,0 +1,60 @@
+"""Tests of the split cache: label index and decoded arrays saved beside the data, and reused."""
+import os
+
+import numpy as np
+
+from data import split_cache
+from data.testdata import data_config
+
+DECODE = ('decode(channels=1)',)
+
+
+def test_decoded_split_is_saved_and_reused(tmp_path):
+  source = data_config(data_dir=str(tmp_path), cache=True).source
+  first = split_cache.decoded(source, 'test[:40]', DECODE)
+  stored, = (tmp_path / 'sklearn_digits' / '1.0.0').glob('decoded-test__40_-decode*.npz')
+  with np.load(stored) as arrays:
+    assert arrays['image'].shape[0] == 40 and arrays['label'].shape == (40,)
+    edited = {k: v for k, v in arrays.items()}
+  # A later process loads the file instead of decoding: clear the memo and edit the file.
+  split_cache.decoded.cache_clear()
+  edited['image'] = np.zeros_like(edited['image'])
+  np.savez(stored, **edited)
+  again = split_cache.decoded(source, 'test[:40]', DECODE)
+  np.testing.assert_array_equal(again['label'], first['label'])
+  assert (again['image'] == 0).all() and not (first['image'] == 0).all()
+  # A file that does not match the split (another version of it) is decoded again.
+  split_cache.decoded.cache_clear()
+  np.savez(stored, image=edited['image'][:3], label=edited['label'][:3])
+  redone = split_cache.decoded(source, 'test[:40]', DECODE)
+  assert sorted(redone) == sorted(first)
+  for key in first:
+    np.testing.assert_array_equal(redone[key], first[key])
+
+
+def test_label_index_is_saved_and_reused(tmp_path):
+  source = data_config(data_dir=str(tmp_path)).source
+  labels = split_cache.labels(source, 'test[:100]')
+  index = tmp_path / 'sklearn_digits' / '1.0.0' / 'labels-test__100_.npy'   # [ and : replaced
+  np.testing.assert_array_equal(np.load(index), labels)
+  # A later process reads the file: stand in for it by clearing the memo and editing the file.
+  split_cache.labels.cache_clear()
+  np.save(index, np.full(100, 7))
+  assert set(split_cache.labels(source, 'test[:100]')) == {7}
+
+
+def test_saved_label_index_and_decoded_split_are_readable_by_other_users(tmp_path):
+  """A shared data_dir: what one user saves, another loads. Files get 0666 less the umask (0644
+  under 022), not a temporary file's owner-only 0600."""
+  source = data_config(data_dir=str(tmp_path), cache=True).source
+  old = os.umask(0o022)
+  try:
+    split_cache.labels(source, 'test[:30]')
+    split_cache.decoded(source, 'test[:30]', DECODE)
+  finally:
+    os.umask(old)
+  version_dir = tmp_path / 'sklearn_digits' / '1.0.0'
+  saved = sorted(version_dir.glob('labels-test__30_*')) + sorted(version_dir.glob('decoded-*'))
+  assert len(saved) == 2
+  assert [p.stat().st_mode & 0o777 for p in saved] == [0o644, 0o644]
+  assert not list(version_dir.glob('*.tmp'))
