@@ -1,0 +1,40 @@
+"""Tests of the reader: examples by index in the order asked, and a failing record named."""
+import numpy as np
+import tensorflow as tf
+
+from data import ops
+from data import reader as reader_lib
+from data import sources
+from data.testdata import data_config
+from data.testdata import write_multilabel
+
+PP = 'decode|keep("key")'
+
+
+def open_reader(tmp_path, corrupt=()) -> reader_lib.Reader:
+  """A reader of 150 multi-label records in two files (more than one CHUNK of reads)."""
+  pattern = write_multilabel(tmp_path, 'all', 150, 'array_record', num_files=2, corrupt=corrupt)
+  config = data_config(name='multilabel_records', files=pattern, file_format='array_record',
+                       num_classes=8)
+  return reader_lib.Reader(sources.open_split(config, 'all'), ops.build(PP), PP, None)
+
+
+def test_examples_come_in_the_order_of_the_slots(tmp_path):
+  reader = open_reader(tmp_path)
+  indices = np.random.default_rng(0).permutation(150)
+  positions = np.arange(150) + 1000
+  slots = tf.data.Dataset.from_tensor_slices((positions, indices))
+  got = [(int(t), example['key'].decode()) for t, example in
+         reader.examples(slots).as_numpy_iterator()]
+  assert got == [(1000 + k, f'img{i}') for k, i in enumerate(indices)]
+  assert reader.example(7)['key'].numpy() == b'img7'
+
+
+def test_a_failing_record_is_named(tmp_path):
+  reader = open_reader(tmp_path, corrupt={80})
+  process = lambda example: ops.apply(reader.steps, example, tf.constant([0, 0], tf.int64))
+  assert reader.failure(79, process) is None
+  # 150 records over 2 files: record 80 is the 6th (number 5) of the second.
+  report = reader.failure(80, process)
+  assert report.startswith(f"{tmp_path}/all-00001.array_record record 5 (key 'img80') of ")
+  assert report.endswith('. Fix or remove this record.') and '{{function_node' not in report
