@@ -359,9 +359,8 @@ class FewShotEvaluator:
                seeds: int = SEEDS, l2_grid: Sequence[float] = L2_GRID, num_folds: int = CV_FOLDS):
     if not datasets:
       raise ValueError('FewShotEvaluator needs at least one dataset.')
-    if seeds < 1 or any(k < 1 for k in shots) or num_folds < 2:
-      raise ValueError(f'need seeds >= 1, every shot count >= 1 and num_folds >= 2; got '
-                       f'seeds={seeds}, shots={tuple(shots)}, num_folds={num_folds}.')
+    if num_folds < 2:   # Seeds and shots are FewShotConfig's to check.
+      raise ValueError(f'need num_folds >= 2, got {num_folds}.')
     _check_grid(l2_grid)
     self.datasets = dict(datasets)
     self.shots = tuple(shots)
@@ -398,31 +397,6 @@ class FewShotEvaluator:
       if cell.cv is not None:
         yield metric_name(name, shots, 'cv'), cell.cv.mean
         yield metric_name(name, shots, 'cv', 'std'), cell.cv.std
-
-
-def evaluate_arrays(pool_features: np.ndarray, pool_labels: np.ndarray,
-                    test_features: np.ndarray, test_labels: np.ndarray, *,
-                    shots: Sequence[int] = SHOTS, seeds: int = SEEDS,
-                    l2_grid: Sequence[float] = L2_GRID,
-                    num_folds: int = CV_FOLDS) -> dict[int, Aggregate]:
-  """Few-shot accuracy for features already in memory: for each shot count and seed, draws the
-  shots from the pool (shot_sampling.sample_shots), solves, and aggregates over seeds.
-
-  The FewShotEvaluator on one data set whose batches are these arrays. {shots: Aggregate}.
-  """
-  num_classes = int(max(np.max(pool_labels), np.max(test_labels))) + 1
-
-  def one_batch(features, labels):
-    return [{'image': features, 'label': labels, 'mask': np.ones(len(labels))}]
-
-  def train_batches(k, seed):
-    idx = shot_sampling.sample_shots(pool_labels, num_classes, k, seed)
-    return one_batch(pool_features[idx], pool_labels[idx])
-
-  data = FewShotData(train_batches, lambda: one_batch(test_features, test_labels))
-  evaluator = FewShotEvaluator({'arrays': data}, shots=shots, seeds=seeds, l2_grid=l2_grid,
-                               num_folds=num_folds)
-  return {k: cell for _, k, cell in evaluator.cells(lambda features: features)}
 
 
 def extract_features(feature_fn: Callable, batches: Iterable[dict]) -> tuple[np.ndarray, np.ndarray]:
