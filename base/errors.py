@@ -3,7 +3,14 @@
 `main.py` catches `UserError` and prints its message alone (no traceback) with exit status 2, so
 the message must say what to change. Anything else is a bug and keeps its traceback. A leaf
 module: it imports nothing of the project, so any package may raise it.
+
+A full disk is a user error too: `disk_full_is_user_error` turns one into a UserError that names
+the directory and what to free.
 """
+import contextlib
+import errno
+import os
+from typing import Callable
 
 
 class UserError(ValueError):
@@ -18,3 +25,30 @@ class MissingInput(UserError, FileNotFoundError):
 
   Also a `FileNotFoundError`, what such errors were before this type existed.
   """
+
+
+# The OS's text for ENOSPC, which TensorStore (orbax's array writer) quotes in the ValueError it
+# raises for a failed write, with no errno attached.
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether `error`, or an error it was raised from or while handling, is a full disk (ENOSPC)."""
+  while error is not None:
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or NO_SPACE in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+@contextlib.contextmanager
+def disk_full_is_user_error(directory: str, doing: str, advice: Callable[[], str]):
+  """Turns a full disk under the block into one UserError: 'No space left on the disk of
+  DIRECTORY while DOING. ADVICE()' (advice is computed then: what is intact, what to free). A full
+  disk is the user's to fix, not a bug to show a traceback for."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-exception-caught  (re-raised unless ENOSPC)
+    if isinstance(e, UserError) or not is_disk_full(e):    # A UserError already says it.
+      raise
+    raise UserError(f'No space left on the disk of {directory} while {doing}. {advice()}') from e

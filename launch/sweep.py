@@ -149,17 +149,16 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _outcome(status: int, workdir: str) -> str | None:
-  """None if the run finished, 'interrupted', or why it failed."""
-  if status in (run_protocol.INTERRUPTED, -signal.SIGINT):   # Trainer stopped by Ctrl-C / SIGINT.
-    return 'interrupted'
+  """None if the run finished, 'interrupted' (by Ctrl-C or a preemption, its checkpoint saved),
+  or why it failed."""
   finished = os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE))
-  if status == 0 and finished:
+  if run_protocol.stopped_early(status, finished) or status == -signal.SIGINT:
+    return 'interrupted'
+  if status == 0:
     return None
   if status > 0:
     return f'exit status {status}'
-  if status < 0:
-    return f'killed by signal {-status}'
-  return f'exited 0 without writing {run_protocol.SUMMARY_FILE}'
+  return f'killed by signal {-status}'
 
 
 def keep_record(workdir: str, run: GridRun, destination: str) -> None:
@@ -178,9 +177,10 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
               jobs: int = 1, dry_run: bool = False, out: TextIO | None = None,
               records: str | None = None) -> int:
   """Runs every unfinished run, up to `jobs` at once, in order; returns 0, 1 (some run failed)
-  or 130 (interrupted: Ctrl-C, or a trainer that exited 130 after checkpointing on
-  SIGINT/SIGTERM; no further run starts, and the running ones are waited for). With `records`,
-  each run that finishes (or had finished) is copied there by keep_record."""
+  or 130 (interrupted: Ctrl-C, or a trainer that stopped early after checkpointing on Ctrl-C or
+  a preemption notice, run_protocol.stopped_early; no further run starts, and the running ones
+  are waited for). With `records`, each run that finishes (or had finished) is copied there by
+  keep_record."""
   if jobs < 1:
     raise ValueError(f'--jobs must be >= 1, got {jobs}.')
   failed, ran, skipped = [], 0, 0

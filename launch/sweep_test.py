@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A stand-in for main.py: appends 'start NAME' to the ledger, then, unless told to fail or to kill
 # the sweep, writes summary.json and appends 'done NAME'.
-#   argv: workdir ledger action   (action: ok | fail | interrupted | kill-sweep-once)
+#   argv: workdir ledger action   (action: ok | fail | interrupted | preempted | kill-sweep-once)
 FAKE_TRAINER = textwrap.dedent('''
     import json, os, signal, sys
     workdir, ledger, action = sys.argv[1:4]
@@ -29,6 +29,8 @@ FAKE_TRAINER = textwrap.dedent('''
       sys.exit(3)
     if action == 'interrupted':        # What the trainer does after its Ctrl-C checkpoint.
       sys.exit(130)
+    if action == 'preempted':          # ... and after its checkpoint on SIGTERM: no summary.json.
+      sys.exit(0)
     marker = os.path.join(workdir, 'killed-once')
     if action == 'kill-sweep-once' and not os.path.exists(marker):
       open(marker, 'w').close()
@@ -152,11 +154,12 @@ def test_failed_run_is_reported_the_sweep_goes_on_and_a_rerun_retries_only_it(tm
   assert '1 ran, 3 skipped, 0 failed' in out.getvalue()
 
 
-def test_an_interrupted_trainer_stops_the_sweep(tmp_path, fake):
+@pytest.mark.parametrize('stop', ['interrupted', 'preempted'])
+def test_an_interrupted_or_preempted_trainer_stops_the_sweep(tmp_path, fake, stop):
   command, entries = fake
   out = io.StringIO()
   status = sweep.run_sweep(sweep.make_grid('tiny')[1:4], str(tmp_path / 'runs'),
-                           command({'sinkhorn_tc_c1': 'interrupted'}), out=out)
+                           command({'sinkhorn_tc_c1': stop}), out=out)
   assert status == run_protocol.INTERRUPTED == 130
   assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
   assert 'rerun the same command to resume' in out.getvalue()

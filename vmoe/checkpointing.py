@@ -12,6 +12,10 @@ A complete checkpoint can still be damaged later (a disk, a copy). The record al
 of the state (vmoe/state_checksum.py) and restore_latest reads the newest checkpoint in full and
 checks them: one that fails is moved aside to checkpoints/corrupt-STEP, never deleted, and the
 run resumes from the one before (hence keep = 2 by default).
+
+A full disk during a save (`save`, or `wait_until_finished` for a save in the background) is a
+UserError naming the directory, the intact checkpoint a rerun resumes from, and how much to free;
+the save's unfinished temporary directory is never taken for a checkpoint, as above.
 """
 import contextlib
 import dataclasses
@@ -25,6 +29,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint import utils as ocp_utils
 
 from base import errors
 from vmoe import state_checksum
@@ -65,10 +70,43 @@ def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManage
 
 def save(manager: ocp.CheckpointManager, step: int, state, record: dict):
   """Starts saving (asynchronously) the state and the JSON record at `step`; the saved record
-  also holds the state's checksums (computed here, on device, before the save starts)."""
+  also holds the state's checksums (computed here, on device, before the save starts). Raises a
+  UserError if the disk is full, now or in the previous save (which orbax waits for first)."""
   record = {**record, CHECKSUMS: state_checksum.checksums(state)}
-  manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                             record=ocp.args.JsonSave(record)), force=True)
+  with _disk_full_is_user_error(manager):
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                               record=ocp.args.JsonSave(record)), force=True)
+
+
+def wait_until_finished(manager: ocp.CheckpointManager):
+  """Waits for the save in the background; a UserError if the disk filled up during it."""
+  with _disk_full_is_user_error(manager):
+    manager.wait_until_finished()
+
+
+def _disk_full_is_user_error(manager: ocp.CheckpointManager):
+  directory = str(manager.directory)
+  return errors.disk_full_is_user_error(directory, 'saving a checkpoint',
+                                        lambda: _what_to_free(directory))
+
+
+def _what_to_free(directory: str) -> str:
+  """What is intact in a full checkpoint directory, and how much to free to save again."""
+  names = os.listdir(directory)
+  complete = sorted(int(name) for name in names if name.isdigit())
+  partial = sorted(name for name in names if ocp_utils.TMP_DIR_SUFFIX in name)
+  unfinished = f'; the unfinished {", ".join(partial)} can go too' if partial else ''
+  if not complete:
+    return f'No checkpoint was complete yet: free space there{unfinished}, and rerun.'
+  size = _directory_bytes(os.path.join(directory, str(complete[-1])))
+  return (f'The checkpoint of step {complete[-1]} is intact and a rerun of the same command '
+          f'resumes from it: first free at least {size / 2**20:.1f} MiB there (the size of one '
+          f'checkpoint{unfinished}).')
+
+
+def _directory_bytes(path: str) -> int:
+  return sum(os.path.getsize(os.path.join(root, name))
+             for root, _, files in os.walk(path) for name in files)
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state):

@@ -3,16 +3,19 @@
 This binds the model, mesh and data to evaluation/ (pure precision@1 and the few-shot ridge, which
 know nothing of models or meshes).
 
-`make_evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=)` returns
-evaluate(params, step, is_last) -> {metric name: float}:
+`make_evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=, safe_point=)` returns
+evaluate(params, step, is_last) -> {metric name: float}, at the steps `due_steps` lists:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
   fewshot/DATASET/Kshot[_cv][_std] every fewshot.every_steps and at the end (evaluation.fewshot).
 Every batch is a whole number of routing groups (vmoe/experiment.py fits or checks eval.batch_size
-and fewshot.batch_size), so evaluation routes exactly as training does.
+and fewshot.batch_size), so evaluation routes exactly as training does. safe_point() is called
+before every batch, so that a preemption notice can end an evaluation between two batches
+(vmoe/preemption.py: it raises there).
 """
 import functools
+from typing import Callable, Iterable, Iterator
 
 import jax
 from jax.experimental import multihost_utils
@@ -56,11 +59,14 @@ def check_available(data: data_config_lib.DataConfig,
                     f'config.fewshot.data_dir and config.fewshot.manual_dirs.{name}.)') from None
 
 
-def due(eval_config: classify.EvalConfig, fewshot_config: fewshot.FewShotConfig, step: int,
-        is_last: bool) -> bool:
-  """Whether anything is evaluated after `step`."""
-  return (is_last or step % eval_config.every_steps == 0
-          or _fewshot_due(fewshot_config, step, is_last))
+def due_steps(eval_config: classify.EvalConfig, fewshot_config: fewshot.FewShotConfig,
+              num_steps: int) -> set[int]:
+  """The steps after which something is evaluated: every eval.every_steps, every
+  fewshot.every_steps (if there are few-shot sets) and the last."""
+  steps = set(range(eval_config.every_steps, num_steps + 1, eval_config.every_steps))
+  if fewshot_config.datasets:
+    steps.update(range(fewshot_config.every_steps, num_steps + 1, fewshot_config.every_steps))
+  return steps | {num_steps}
 
 
 def _fewshot_due(fewshot_config: fewshot.FewShotConfig, step: int, is_last: bool) -> bool:
@@ -87,9 +93,11 @@ def whole_batch_fn(fn, mesh):
 
 def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
                    eval_config: classify.EvalConfig,
-                   fewshot_config: fewshot.FewShotConfig, loss: str):
+                   fewshot_config: fewshot.FewShotConfig, loss: str,
+                   safe_point: Callable[[], None]):
   """evaluate(params, step, is_last) -> dict of float metrics (see the module docstring); `loss`
-  names the training loss (vmoe/losses.py) that upstream/loss reports."""
+  names the training loss (vmoe/losses.py) that upstream/loss reports; safe_point() runs before
+  every batch."""
   batch_sharding = sharding.batch_sharding(mesh)
 
   @jax.jit
@@ -110,7 +118,8 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
     batches = pipeline.make_eval_iterator(
         data, data.eval_split, batch_size=eval_config.batch_size,
         process_index=jax.process_index(), process_count=jax.process_count())
-    global_batches = (sharding.put_batch(b, batch_sharding) for b in batches)
+    global_batches = (sharding.put_batch(b, batch_sharding)
+                      for b in _after_safe_points(batches, safe_point))
     evaluator = classify.ClassifyEvaluator(losses.get_loss(loss))
     results = dict(evaluator.run(predict, global_batches))
     for key, total in jax.device_get(router_sums).items():
@@ -118,7 +127,12 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
     return results
 
   def fewshot_results(params) -> dict:
-    features = whole_batch_fn(lambda images: forward(params, images)[1], mesh)
+    whole_batch_features = whole_batch_fn(lambda images: forward(params, images)[1], mesh)
+
+    def features(images):
+      safe_point()
+      return whole_batch_features(images)
+
     evaluator = fewshot.FewShotEvaluator(
         {name: _fewshot_data(data, fewshot_config, name) for name in fewshot_config.datasets},
         shots=fewshot_config.shots, seeds=fewshot_config.seeds, l2_grid=fewshot_config.l2_grid)
@@ -133,6 +147,12 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
     return {k: float(v) for k, v in results.items()}
 
   return evaluate
+
+
+def _after_safe_points(batches: Iterable, safe_point: Callable[[], None]) -> Iterator:
+  for batch in batches:
+    safe_point()
+    yield batch
 
 
 def _fewshot_data(data: data_config_lib.DataConfig, fewshot_config: fewshot.FewShotConfig,

@@ -1,22 +1,31 @@
 """train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost.
 
 The experiment is a config parsed once into typed sections (vmoe/experiment.py, at main.py's
-start). Stages: (1) data checks before anything compiles, (2) model, optimizer, state layout and
-step (vmoe/train_program.py), data, (3) state from the newest checkpoint or fresh, (4) compile the
-step and account its cost, (5) the loop with periodic logging, evaluation and checkpoints, (6)
-summary.json (run_protocol.RunSummary).
+start). Stages: (1) data and workdir checks before anything compiles, (2) the training program
+(vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
+(4) compile the step and account its cost, (5) the loop: a step, then clu periodic actions that
+log, save a checkpoint and evaluate, (6) summary.json (run_protocol.RunSummary).
+
+From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
+process (vmoe/preemption.py: before a step or an evaluation batch): the state there is saved,
+one line says so, and the process exits with run_protocol's status for it. A checkpoint holds
+the state and a RunRecord. It is saved before its step's evaluation, and a resumed run evaluates
+its first step again if the record lacks that evaluation (a stop, or a kill, came during it):
+the summary's eval_history has every evaluation once, as an uninterrupted run's.
 """
+import contextlib
 import dataclasses
-import json
 import os
-import signal
-import tempfile
 import time
+from typing import Any, Callable
 
 from absl import logging
+from clu import metric_writers
+from clu import periodic_actions
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
+import orbax.checkpoint as ocp
 
 from base import atomic
 from base import errors
@@ -24,65 +33,50 @@ from data import pipeline
 from data import sources
 from vmoe import checkpointing
 from vmoe import console
-from vmoe import train_evals
 from vmoe import experiment as experiment_lib
 from vmoe import flops
 from vmoe import observability
+from vmoe import preemption
 from vmoe import run_protocol
 from vmoe import sharding
+from vmoe import train_evals
 from vmoe import train_program
+from vmoe import workdir as workdir_lib
 
 
+@dataclasses.dataclass
+class RunRecord:
+  """What a checkpoint holds beside the state, for a resumed run to go on exactly.
 
-class StopRequested:
-  """Turns Ctrl-C / SIGTERM (preemption) into a flag the loop checks between steps."""
+  data: the training iterator's position (data/pipeline.py get_state; None before any save);
+  train_seconds: the time spent training so far (TrainClock); eval_history: every evaluation's
+  results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it).
+  The RNG keys need no record: each step's key derives from the seed and the step.
+  """
+  data: dict | None = None
+  train_seconds: float = 0.0
+  eval_history: list[dict] = dataclasses.field(default_factory=list)
 
-  def __init__(self):
-    self.requested = False
-    for sig in (signal.SIGINT, signal.SIGTERM):
-      signal.signal(sig, self._handle)
-
-  def _handle(self, signum, frame):
-    del frame
-    if self.requested:      # A second Ctrl-C exits at once.
-      signal.signal(signum, signal.SIG_DFL)
-      raise KeyboardInterrupt
-    logging.warning('Signal %d: saving a checkpoint before exiting.', signum)
-    self.requested = True
-
-
-def make_workdir(workdir: str) -> None:
-  """Creates `workdir` and writes a probe file in it, so that a path the user cannot write fails
-  now, as a UserError naming it, not at the first checkpoint."""
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise errors.UserError(f'cannot write in --workdir={workdir} ({e.strerror or e}); give a '
-                           'directory you can create and write.') from e
+  def evaluated(self, step: int) -> bool:
+    return any(entry['step'] == step for entry in self.eval_history)
 
 
-def guard_workdir(workdir: str, experiment: experiment_lib.Experiment) -> None:
-  """Refuses a workdir that holds a run of a different config; records the resolved config (in
-  the config's layout: vmoe/experiment.py parses it back) otherwise."""
-  path = os.path.join(workdir, run_protocol.CONFIG_FILE)
-  current = experiment.to_dict()
-  if os.path.exists(path):
-    with open(path, encoding='utf-8') as f:
-      previous = json.load(f)
-    if any(size < 0 for size in previous.get('mesh', {}).values()):
-      raise errors.UserError(
-          f'{path} records its mesh with automatic (-1) sizes: it was written by an older trainer, '
-          'whose runs this one does not resume. Use a new --workdir (or delete this one to start '
-          'over).')
-    if previous != current:
-      changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
-      raise errors.UserError(f'{workdir} holds a run of a different config (differences '
-                             f'under: {", ".join(changed)}); use a new --workdir, or delete this '
-                             'one to start over.')
-  elif jax.process_index() == 0:
-    atomic.write_json(path, current)
+class TrainClock:
+  """Seconds spent training, across resumes: logging, checkpoints and evaluations are paused out.
+  A pause first waits for the state, so that the device's work counts, not just its dispatch."""
+
+  def __init__(self, seconds: float):
+    self.seconds = seconds
+    self._since = time.perf_counter()
+
+  @contextlib.contextmanager
+  def paused(self, state):
+    jax.block_until_ready(state.params)
+    self.seconds += time.perf_counter() - self._since
+    try:
+      yield
+    finally:
+      self._since = time.perf_counter()
 
 
 def first_non_finite(pending: list):
@@ -94,17 +88,102 @@ def first_non_finite(pending: list):
   return None
 
 
+@dataclasses.dataclass
+class Actions:
+  """What the loop does besides training steps, each a clu periodic action's callback
+  (step, t, state, metrics) that pauses the clock: log, save, evaluate; `stop` ends the run on a
+  stop request. It keeps the losses not yet checked for NaN (`pending`: they are read only at log
+  and checkpoint steps, since reading one waits for its step) and the last step saved."""
+  experiment: experiment_lib.Experiment
+  workdir: str
+  program: train_program.TrainProgram
+  train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
+  manager: ocp.CheckpointManager
+  writer: metric_writers.MetricWriter
+  evaluator: Callable               # train_evals.make_evaluator's evaluate(params, step, is_last).
+  record: RunRecord
+  clock: TrainClock
+  progress: observability.Progress
+  last_saved: int
+  pending: list = dataclasses.field(default_factory=list)
+
+  def check_losses(self):
+    bad = first_non_finite(self.pending)
+    self.pending.clear()
+    if bad is not None:
+      checkpointing.wait_until_finished(self.manager)
+      raise FloatingPointError(
+          f'loss is {bad[1]} at step {bad[0]}; stopped. The last good checkpoint (step '
+          f'{self.last_saved}) is kept in {self.workdir}/checkpoints; lower schedule.peak_lr or '
+          'optimizer.grad_clip_norm and resume from it.')
+
+  def log(self, step: int, t=None, *, state, metrics):
+    del t
+    with self.clock.paused(state):
+      self.check_losses()
+      metrics = jax.device_get(metrics)
+      self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
+      self.progress.report(step, float(metrics['loss']))
+
+  def save(self, step: int, t=None, *, state, metrics=None):
+    del t, metrics
+    with self.clock.paused(state):
+      self.check_losses()
+      self.record.data = self.train_iter.get_state()
+      self.record.train_seconds = self.clock.seconds
+      checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
+      self.last_saved = step
+
+  def evaluate(self, step: int, t=None, *, state, metrics=None):
+    del t, metrics
+    with self.clock.paused(state):
+      results = self.evaluator(state.params, step, step == self.experiment.num_train_steps)
+      self.writer.write_scalars(step, results)
+      console.say(console.evaluation(step, results))
+      self.record.eval_history.append({'step': step, **results})
+
+  def stop(self, state, stop: preemption.StopAgreement):
+    """Saves `state` unless saved already, says so in one line and exits with stop's status."""
+    step = int(state.step)
+    if step != self.last_saved:
+      self.save(step, state=state)
+    checkpointing.wait_until_finished(self.manager)
+    self.writer.flush()
+    saved = 'checkpoint saved' if step else 'nothing trained yet'
+    console.say(f'{stop.reason()} at step {step}: {saved}; rerun the same command to resume.')
+    raise SystemExit(stop.exit_status())
+
+
+def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
+  """(state, RunRecord) of the newest checkpoint that reads back intact, or fresh ones."""
+  restored = checkpointing.restore_latest(manager, checkpointing.abstract_with_shardings(
+      program.abstract_state, program.state_shardings))
+  if restored is None:
+    return program.init_state(rng), RunRecord()
+  state, record = restored
+  train_iter.set_state(record['data'])
+  logging.info('Resumed from step %d.', int(state.step))
+  return state, RunRecord(**record)
+
+
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
                        config_file: str = '') -> run_protocol.RunSummary:
   """Trains `experiment` (vmoe/experiment.py parse) in `workdir`, resuming if it holds
   checkpoints, and returns its summary; config_file is recorded in it."""
-  e = experiment
-  # 1. Checks of the data before anything compiles (the config was checked when parsed).
-  sources.check_available(e.data)
-  train_evals.check_available(e.data, e.fewshot)
-  make_workdir(workdir)
-  guard_workdir(workdir, e)
+  # 1. Checks of the data and the workdir before anything compiles (the config was checked when
+  # parsed).
+  sources.check_available(experiment.data)
+  train_evals.check_available(experiment.data, experiment.fewshot)
+  workdir_lib.prepare(workdir)
+  workdir_lib.guard(workdir, experiment)
+  with preemption.StopAgreement() as stop:
+    return train(experiment, workdir, config_file, stop)
 
+
+def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
+          stop: preemption.StopAgreement) -> run_protocol.RunSummary:
+  """Stages 2 to 6 of train_and_evaluate (the module docstring), stopping where `stop` says."""
+  e = experiment
   # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
   program = train_program.build(e)
   train_iter = pipeline.make_train_iterator(
@@ -115,108 +194,74 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   # 3. State: the newest complete checkpoint, or a fresh initialisation.
   init_rng, rng = jax.random.split(jax.random.PRNGKey(e.seed))
   manager = checkpointing.make_manager(workdir, e.checkpoint)
-  restored = checkpointing.restore_latest(
-      manager, checkpointing.abstract_with_shardings(program.abstract_state,
-                                                     program.state_shardings))
-  if restored is None:
-    state = program.init_state(init_rng)
-    record = {'train_seconds': 0.0, 'eval_history': []}
-  else:
-    state, record = restored
-    train_iter.set_state(record['data'])
-    logging.info('Resumed from step %d.', int(state.step))
+  state, record = restore_or_init(manager, program, train_iter, init_rng)
   first_step = int(state.step)
 
   # 4. Compile the step; its FLOPs come from XLA's cost analysis, its compile time is separate.
   start = time.perf_counter()
   compiled_step = program.compile()
-  compile_seconds = time.perf_counter() - start
-  flops_per_step = flops.compiled_flops(compiled_step)
-  evaluate = sharding.with_mesh(train_evals.make_evaluator(
+  cost = {'compile_seconds': time.perf_counter() - start,
+          'flops_per_step': flops.compiled_flops(compiled_step), 'num_params': program.num_params()}
+  evaluator = sharding.with_mesh(train_evals.make_evaluator(
       program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss), program.mesh)
-  num_params = program.num_params()
-  logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.',
-               num_params, flops_per_step, compile_seconds)
-  for line in console.header(e, config_file=config_file, mesh=program.mesh, num_params=num_params,
-                             flops_per_step=flops_per_step, workdir=workdir,
-                             first_step=first_step):
+      loss=e.loss, safe_point=stop.check), program.mesh)
+  logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.', cost['num_params'],
+               cost['flops_per_step'], cost['compile_seconds'])
+  for line in console.header(e, config_file=config_file, mesh=program.mesh,
+                             num_params=cost['num_params'], workdir=workdir,
+                             flops_per_step=cost['flops_per_step'], first_step=first_step):
     console.say(line)
 
-  # 5. The loop.
-  stop = StopRequested()
-  progress = observability.Progress(first_step, e.num_train_steps)
-  pending, last_saved = [], first_step
-  train_seconds = record['train_seconds']
-
-  def check_finite():  # At log and checkpoint steps only, so steps are not synchronised.
-    nonlocal pending
-    bad = first_non_finite(pending)
-    if bad is not None:
-      manager.wait_until_finished()
-      raise FloatingPointError(
-          f'loss is {bad[1]} at step {bad[0]}; stopped. The last good checkpoint (step '
-          f'{last_saved}) is kept in {workdir}/checkpoints; lower schedule.peak_lr or '
-          'optimizer.grad_clip_norm and resume from it.')
-    pending = []
-
-  def save(step):
-    nonlocal last_saved
-    check_finite()
-    last_saved = step
-    record.update(data=train_iter.get_state(), train_seconds=train_seconds)
-    checkpointing.save(manager, step, state, record)
-
-  step = first_step
-  tick = time.perf_counter()
-
-  def pause_clock():  # Training time excludes logging, checkpoints and evaluation.
-    nonlocal train_seconds
-    jax.block_until_ready(state.params)
-    train_seconds += time.perf_counter() - tick
-
-  while step < e.num_train_steps and not stop.requested:
-    batch = sharding.put_batch(next(train_iter), program.batch_sharding)
-    state, metrics = compiled_step(state, batch, jax.random.fold_in(rng, step))
-    step += 1
-    pending.append((step, metrics['loss']))
-    is_last = step == e.num_train_steps
-    if step % e.log_every_steps == 0 or is_last:
-      pause_clock()
-      check_finite()
-      metrics = jax.device_get(metrics)
-      writer.write_scalars(step, {**metrics, 'learning_rate': program.schedule(step)})
-      progress.report(step, float(metrics['loss']))
-      tick = time.perf_counter()
-    if step % e.checkpoint.every_steps == 0 or is_last:
-      pause_clock()
-      save(step)
-      tick = time.perf_counter()
-    if train_evals.due(e.eval, e.fewshot, step, is_last):
-      pause_clock()
-      results = evaluate(state.params, step, is_last)
-      writer.write_scalars(step, results)
-      console.say(console.evaluation(step, results))
-      record['eval_history'].append({'step': step, **results})
-      tick = time.perf_counter()
-  if stop.requested and step < e.num_train_steps:
-    if step != last_saved:    # A periodic checkpoint may have just saved this very step.
-      save(step)
-    manager.wait_until_finished()
-    writer.flush()
-    print(f'Interrupted at step {step}: checkpoint saved; rerun the same command to resume.')
-    raise SystemExit(run_protocol.INTERRUPTED)
-  manager.wait_until_finished()
+  # 5. The loop: a stop request is honoured before any step or evaluation batch.
+  run = Actions(e, workdir, program, train_iter, manager, writer, evaluator, record,
+                TrainClock(record.train_seconds), observability.Progress(first_step,
+                                                                         e.num_train_steps),
+                last_saved=first_step)
+  last = [e.num_train_steps]
+  actions = [
+      periodic_actions.PeriodicCallback(every_steps=e.log_every_steps, on_steps=last,
+                                        callback_fn=run.log),
+      periodic_actions.PeriodicCallback(every_steps=e.checkpoint.every_steps, on_steps=last,
+                                        callback_fn=run.save),
+      periodic_actions.PeriodicCallback(
+          on_steps=train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps),
+          callback_fn=run.evaluate)]
+  evaluation_owed = (first_step in train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps)
+                     and not record.evaluated(first_step))
+  try:
+    if evaluation_owed:
+      run.evaluate(first_step, state=state)
+    for step in range(first_step + 1, e.num_train_steps + 1):
+      stop.check()
+      batch = sharding.put_batch(next(train_iter), program.batch_sharding)
+      state, metrics = compiled_step(state, batch, jax.random.fold_in(rng, step))
+      run.pending.append((step, metrics['loss']))
+      for action in actions:
+        action(step, state=state, metrics=metrics)
+  except preemption.Stopped:
+    run.stop(state, stop)
+  checkpointing.wait_until_finished(manager)
 
   # 6. Summary.
-  final = record['eval_history'][-1] if record['eval_history'] else {}
-  router = e.moe.router
-  summary = run_protocol.RunSummary(
+  summary = summarize(e, record, config_file=config_file, train_seconds=run.clock.seconds, **cost)
+  write_summary(workdir, summary)
+  writer.close()
+  return summary
+
+
+def summarize(experiment: experiment_lib.Experiment, record: RunRecord, *, config_file: str,
+              train_seconds: float, num_params: int, flops_per_step: float,
+              compile_seconds: float) -> run_protocol.RunSummary:
+  """summary.json's record of a finished run: its identity, its last evaluation's results, every
+  evaluation's precision@1, and its cost on this run's devices."""
+  e, router = experiment, experiment.moe.router
+  final = record.eval_history[-1] if record.eval_history else {}
+  return run_protocol.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,
       capacity=None if router is None else router.capacity_factor,
       softmax_combine=True if router is None else router.softmax_combine, seed=e.seed,
-      dataset=e.data.name, steps=step, num_params=num_params,
+      dataset=e.data.name, steps=e.num_train_steps, num_params=num_params,
       upstream_prec1=final.get('upstream/prec@1'),
       fewshot=train_evals.fewshot_table(final, 'best_l2'),
       fewshot_cv=train_evals.fewshot_table(final, 'cv'),
@@ -225,12 +270,18 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
-                    for h in record['eval_history']])
-  summary_path = os.path.join(workdir, run_protocol.SUMMARY_FILE)
+                    for h in record.eval_history])
+
+
+def write_summary(workdir: str, summary: run_protocol.RunSummary) -> None:
+  """Writes WORKDIR/summary.json (process 0) and prints the run's last line; every process
+  returns only once the file exists (launch/sweep.py checks it to skip a finished run)."""
+  path = os.path.join(workdir, run_protocol.SUMMARY_FILE)
   if jax.process_index() == 0:
-    atomic.write_json(summary_path, summary.to_dict())
-  # Every process returns only once summary.json exists (launch.sweep checks it to skip a run).
+    with errors.disk_full_is_user_error(workdir, f'writing {path}', lambda: (
+        f'The run is finished and its last checkpoint (step {summary.steps}) saved: free some '
+        'space there and rerun the same command, which evaluates that checkpoint again and '
+        'writes the summary.')):
+      atomic.write_json(path, summary.to_dict())
   multihost_utils.sync_global_devices('summary.json written')
-  writer.close()
-  console.say(console.final(summary, summary_path))
-  return summary
+  console.say(console.final(summary, path))

@@ -12,7 +12,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from base import errors
 from data import sources
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import observability
@@ -80,23 +79,6 @@ def test_short_run_learns_and_writes_its_summary(short_config, tmp_path, precisi
   assert summary.router_metrics['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
 
 
-def test_a_different_config_in_the_same_workdir_is_refused(short_config, tmp_path):
-  trainer.guard_workdir(str(tmp_path), short_config())
-  trainer.guard_workdir(str(tmp_path), short_config())     # The same config: accepted.
-  with pytest.raises(ValueError, match='holds a run of a different config.*moe'):
-    trainer.guard_workdir(str(tmp_path), short_config('sinkhorn_ec'))
-
-
-def test_a_workdir_of_the_older_config_format_is_refused_saying_so(short_config, tmp_path):
-  # Records written before the mesh was resolved at parse time hold -1 for its automatic sizes.
-  experiment = short_config()
-  path = tmp_path / trainer.run_protocol.CONFIG_FILE
-  path.write_text(json.dumps({**experiment.to_dict(), 'mesh': {'data': -1, 'expert': 1}}))
-  with pytest.raises(errors.UserError, match=r'config.json records its mesh with automatic '
-                                             r'\(-1\) sizes: .*older trainer.*new --workdir'):
-    trainer.guard_workdir(str(tmp_path), experiment)
-
-
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short_config, tmp_path,
                                                                            monkeypatch):
   make_step = train_lib.make_train_step
@@ -116,6 +98,49 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short
     trainer.train_and_evaluate(short_config(), str(tmp_path))
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['10']
   assert not (tmp_path / 'summary.json').exists()
+
+
+def test_a_signal_while_compiling_or_evaluating_stops_at_the_next_safe_point(
+    short_config, tmp_path, monkeypatch, capsys):
+  """SIGTERM during the first compile: the run stops before step 1 with nothing to save. During
+  an evaluation: it stops before the evaluation's next batch and saves its step; the rerun
+  evaluates that step again, so the summary lists every evaluation once."""
+  config = short_config(**{'num_train_steps': 20, 'eval.every_steps': 10,
+                           'checkpoint.every_steps': 20, 'fewshot.every_steps': 20})
+  compile_step = trainer.train_program.TrainProgram.compile
+
+  def signalled_while_compiling(program, *args):
+    signal.raise_signal(signal.SIGTERM)
+    return compile_step(program, *args)
+
+  monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile', signalled_while_compiling)
+  with pytest.raises(SystemExit) as stopped:
+    trainer.train_and_evaluate(config, str(tmp_path))
+  assert stopped.value.code == run_protocol.PREEMPTED == 0
+  assert 'Preempted at step 0: nothing trained yet' in capsys.readouterr().out
+  assert not os.listdir(tmp_path / 'checkpoints') and not losses(str(tmp_path))
+  monkeypatch.undo()
+
+  make_eval_iterator = trainer.pipeline.make_eval_iterator
+
+  def signalled_after_one_batch(*args, **kwargs):
+    for i, batch in enumerate(make_eval_iterator(*args, **kwargs)):
+      if i == 1:
+        signal.raise_signal(signal.SIGTERM)
+      yield batch
+
+  monkeypatch.setattr(trainer.pipeline, 'make_eval_iterator', signalled_after_one_batch)
+  with pytest.raises(SystemExit) as stopped:
+    trainer.train_and_evaluate(config, str(tmp_path))
+  assert stopped.value.code == 0
+  assert 'Preempted at step 10: checkpoint saved' in capsys.readouterr().out
+  assert os.listdir(tmp_path / 'checkpoints') == ['10'] and max(losses(str(tmp_path))) == 10
+  assert not (tmp_path / 'summary.json').exists()
+  monkeypatch.undo()
+
+  summary = trainer.train_and_evaluate(config, str(tmp_path))
+  assert [h['step'] for h in summary.eval_history] == [10, 20]
+  assert sorted(losses(str(tmp_path))) == list(range(1, 21))
 
 
 def saved_params(workdir, step: int):
