@@ -10,6 +10,17 @@ traceback (vmoe/cli.py). Any other exception is a bug and keeps its traceback.
 The console shows the run's header, progress, evaluations and summary (vmoe/console.py); the
 libraries' INFO logs go to WORKDIR/log.txt, and --verbose shows them too (vmoe/run_log.py).
 """
+import os
+import sys
+
+# This directory goes first on sys.path: the project's top-level packages have generic names
+# (base, configs, data, evaluation, launch, results, vmoe), and an installed package of the same
+# name found earlier (on PYTHONPATH under PYTHONSAFEPATH or -P, say) must not stand in for them.
+_REPO = os.path.dirname(os.path.abspath(__file__))
+if not sys.path or os.path.abspath(sys.path[0] or os.curdir) != _REPO:
+  sys.path.insert(0, _REPO)
+
+# pylint: disable=wrong-import-position
 from absl import app
 from absl import flags
 from ml_collections import config_flags

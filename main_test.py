@@ -17,6 +17,7 @@ import pytest
 REPO = os.path.dirname(os.path.abspath(__file__))
 SHORT_RUN = ['--config.num_train_steps=2', '--config.schedule.warmup_steps=1',
              '--config.wandb.mode=disabled']
+SHADOW_IMPORTED = 'a data package outside the repository was imported'
 # Lines that loggers (absl, TensorFlow's C++ glog) write to stderr; the rest is main.py's report.
 LOG_LINE = re.compile(r'([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ |WARNING: All log messages before absl)')
 
@@ -35,6 +36,10 @@ def cases(tmp: str) -> dict:
   buggy_config = os.path.join(tmp, 'buggy_config.py')
   with open(buggy_config, 'w', encoding='utf-8') as f:
     f.write('def get_config():\n  return int("not a number")\n')
+  shadow = os.path.join(tmp, 'shadow')    # An installed package named as one of the repo's.
+  os.makedirs(os.path.join(shadow, 'data'))
+  with open(os.path.join(shadow, 'data', '__init__.py'), 'w', encoding='utf-8') as f:
+    f.write(f'raise ImportError({SHADOW_IMPORTED!r})\n')
   tiny = ['--config=configs/tiny.py', *SHORT_RUN]
   eight_devices = {'XLA_FLAGS': f'{os.environ.get("XLA_FLAGS", "")} '
                                 '--xla_force_host_platform_device_count=8'}
@@ -43,6 +48,11 @@ def cases(tmp: str) -> dict:
       'unknown_router_verbose': (['--config=configs/tiny.py:router=foo', *SHORT_RUN],
                                  {'VMOE_VERBOSE': '1'}),
       'bug_in_a_config': ([f'--config={buggy_config}'], {}),
+      # The shadowing package comes first on PYTHONPATH, and PYTHONSAFEPATH keeps Python from
+      # putting main.py's directory before it: main.py must do that itself.
+      'shadowed_data_package': (['--config=configs/tiny.py:router=foo', *SHORT_RUN],
+                                {'PYTHONSAFEPATH': '1',
+                                 'PYTHONPATH': os.pathsep.join([shadow, REPO])}),
       'unknown_key': ([*tiny, '--config.modle.x=1'], {}),
       'bad_value': ([*tiny, '--config.batch_size=-5'], {}),
       'missing_imagenet21k': (['--config=configs/b32_sinkhorn_ec.py',
@@ -111,6 +121,14 @@ def test_a_bug_keeps_its_traceback(runs):
   run = runs['bug_in_a_config']
   assert run['returncode'] == 1
   assert 'Traceback' in run['stderr'] and 'invalid literal for int()' in run['stderr']
+
+
+def test_an_installed_package_named_as_the_repos_does_not_shadow_it(runs):
+  # main.py imported the repository's data package, not the `data` first on PYTHONPATH: the run
+  # got as far as the config, whose router is unknown.
+  run = runs['shadowed_data_package']
+  assert SHADOW_IMPORTED not in run['stderr']
+  assert_user_error(run, "Error: unknown router 'foo'")
 
 
 def test_unknown_key(runs):
