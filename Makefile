@@ -80,10 +80,6 @@ bench: install
 	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.paper_step --archs B/32 --dtypes float32 --per-device-batch 128 \
 	  --out bench/results/paper_step_b32_batch128.json
-	$(PY) -m bench.op_profile --arch L/16 --routers dense,softmax_tc,sinkhorn_ec \
-	  --out bench/results/op_profile_l16.json
-	$(PY) -m bench.op_profile --arch B/32 --routers dense,softmax_tc,soft_moe --per-device-batch 128 \
-	  --dispatch-dtypes bfloat16,float32 --out bench/results/op_profile_b32_batch128.json
 	$(PY) -m bench.moe_layer --all --routers softmax_tc soft_moe --groups 16 --experts 4 \
 	  --capacities 1 --group-sizes 400 --out bench/results/moe_layer_b32_e4.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \

@@ -1,24 +1,19 @@
 """Images per second of the training input pipeline at 224 px (a benchmark, not a test).
 
-  .venv/bin/python -m bench.input_pipeline --out bench/results/input_pipeline.json
+  python -m bench.input_pipeline --out bench/results/input_pipeline.json     # as `make bench`
 
-Writes an ImageNet-21k archive of random JPEGs of ImageNet-like size (default 300 images of
-320..500 x 320..500 px; upsampled noise plus grain at quality 90, about 100 kB each, near
-ImageNet's average JPEG of about 110 kB, so decoding costs about what photos cost) into a
-temporary directory, builds it with the ImageNet-21k TFDS builder (array_record), and times
-data.pipeline.make_train_iterator with V-MoE's ImageNet-21k training pp
-  decode|inception_crop(224)|flip_lr|randaug(2, 20)|value_range(-1, 1)|onehot(21843)|keep(...)
-and the same without randaug. Each configuration: warm-up batches (tracing, thread pools), then
-the median images/second over timed windows of several batches. Prints one JSON line and writes
-all numbers atomically to --out. The numbers depend on the host's free cores: compare them with
-the training step's images/second to know whether input or model bounds a step.
+Writes an ImageNet-21k archive of random photo-sized JPEGs (default 300 of 320..500 px a side,
+about 100 kB each, near ImageNet's average of about 110 kB, so decoding costs what photos cost),
+builds it with the ImageNet-21k TFDS builder, and times data.pipeline.make_train_iterator with
+V-MoE's ImageNet-21k training pp (inception crop, flip, RandAugment(2, 20)) and without randaug:
+warm-up batches, then the median images/second over timed windows. Compare it with the training
+step's images/second to know whether input or model bounds a step on this host.
 """
 import argparse
 import dataclasses
 import io
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -29,6 +24,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from base import atomic
+from bench import timing
 from data import config as data_config
 from data import imagenet21k
 from data import pipeline
@@ -116,9 +112,7 @@ def main(argv=None):
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
                 f'{args.warmup} warm-up batches; data.pipeline.PARALLEL_CALLS parallel map '
                 'calls, tf.data autotuning off',
-      'machine': {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
-                  'tensorflow': tf.__version__,
-                  'note': 'shared machine: other jobs may use the cores while timing'},
+      'machine': {**timing.host(), 'tensorflow': tf.__version__},
   }
   print(json.dumps({'benchmark': 'input_pipeline', **result['images_per_second'],
                     'batch_size': args.batch_size, 'size': args.size}), flush=True)

@@ -16,3 +16,4 @@ def test_tiny_run_writes_its_result(tmp_path, capsys):
   assert len(saved['rows']['randaug']['windows']) == 2
   assert 'randaug(2, 20)' in saved['rows']['randaug']['pp']
   assert 'randaug' not in saved['rows']['no_randaug']['pp']
+  assert {'cpu_model', 'cpu_flags', 'tensorflow'} <= set(saved['machine'])
