@@ -20,8 +20,10 @@ import ml_collections as mlc
 
 from base import errors
 from data import config as data_config
+from data import imagenet21k_splits
 from evaluation import classify
 from evaluation import fewshot
+from results import paper
 from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
 from vmoe import moe as moe_lib
@@ -30,23 +32,22 @@ from vmoe import sharding
 from vmoe import vit
 from vmoe.routing import router as router_lib
 
-# ImageNet-21k (fall 2011 release): 21,843 classes and 14,197,122 images; V-MoE holds out the
-# first 102,400 images of the single 'full' split for validation ('full[:102400]'). The data block
-# records the training count as data.train_images, and sources.check_available refuses a prepared
-# split of another size (the winter21 release: 19,167 synsets, ~13.15M images), since
+# ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
+# single 'full' split for validation and trains on the rest (data/imagenet21k_splits.py). The data
+# block records the training count as data.train_images, and sources.check_available refuses a
+# prepared split of another size (the winter21 release: 19,167 synsets, ~13.15M images), since
 # num_train_steps counts epochs of these images (data/imagenet21k.py says why it refuses rather
 # than recount).
 IMAGENET21K_CLASSES = 21_843
-IMAGENET21K_TRAIN_IMAGES = 14_197_122 - 102_400
 # V-MoE pretrain_imagenet21k.py: 'ViT-B/16, E=8, K=2, Every 2, 300 Epochs' with RandAugment
 # (2, 20) and mixup 0.5, its "strong" augmentation; 90 epochs (ViT's i21k schedule) would be
 # --config.num_train_steps=309699.
 IMAGENET21K_EPOCHS = 300
 PAPER_BATCH_SIZE = 4096           # V-MoE pretrain_imagenet21k.py: dataset.train.batch_size.
 
-# Peak learning rate per architecture: V-MoE common.get_optimizer_config ('B', 32), ('B', 16): 8e-4;
-# ('L', 16): 4e-4. The keys are the paper's three architectures.
-PAPER_PEAK_LR = {'B/32': 8e-4, 'B/16': 8e-4, 'L/16': 4e-4}
+# Peak learning rate per model size of the paper's architectures (results/paper.py ARCHS): V-MoE
+# common.get_optimizer_config ('B', 32), ('B', 16): 8e-4; ('L', 16): 4e-4.
+PEAK_LR = {'B': 8e-4, 'L': 4e-4}
 
 DENSE = experiment_lib.DENSE   # moe_config(DENSE, ...): no MoE layers (moe.num_experts = 0).
 
@@ -171,8 +172,8 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
   labels = labels_pp(IMAGENET21K_CLASSES)
   return data_block(
       name='imagenet21k',
-      train_split='full[102400:]',
-      eval_split='full[:102400]',
+      train_split=imagenet21k_splits.SPLIT_ALIASES['train_minus_holdout'],
+      eval_split=imagenet21k_splits.SPLIT_ALIASES['holdout'],
       pp_train=(f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
                 f'value_range(-1, 1)|{labels}'),
       # V-MoE dataset.val.process: 'decode|resize_small(256)|central_crop(224)|...', the shorter
@@ -183,7 +184,7 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       num_classes=IMAGENET21K_CLASSES,
       shuffle_buffer=250_000,             # V-MoE dataset.train.shuffle_buffer.
       cache=False,                        # 14M JPEGs do not fit in memory.
-      train_images=IMAGENET21K_TRAIN_IMAGES)   # What num_train_steps counts; checked.
+      train_images=imagenet21k_splits.TRAIN_IMAGES)   # What num_train_steps counts; checked.
 
 
 def _embedded_stand_in(config: mlc.ConfigDict) -> None:
@@ -219,9 +220,10 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   arg: 'c=1' (default) or 'c=2' (k for token choice routers); 'runlocal=True' shrinks everything
   for a 2-step CPU run on embedded data (see `runlocal`; no ImageNet needed).
   """
-  if variant not in PAPER_PEAK_LR:
+  if variant not in paper.ARCHS:
     raise errors.UserError(f'the paper has no {variant!r} model; valid: '
-                           f'{", ".join(PAPER_PEAK_LR)}.')
+                           f'{", ".join(paper.ARCHS)}.')
+  size, patch = variant.split('/')                     # 'B/32': ViT-B, 32x32 patches.
   arg = parse_arg(arg, c=1.0, runlocal=False)
   image_size = 224                                     # V-MoE: inception_crop(224).
   config = mlc.ConfigDict()
@@ -229,7 +231,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.seed = 0
   config.batch_size = PAPER_BATCH_SIZE
   config.num_train_steps = math.ceil(
-      IMAGENET21K_EPOCHS * IMAGENET21K_TRAIN_IMAGES / PAPER_BATCH_SIZE)   # 1,032,329 steps.
+      IMAGENET21K_EPOCHS * imagenet21k_splits.TRAIN_IMAGES / PAPER_BATCH_SIZE)   # 1,032,329 steps.
   config.loss = 'sigmoid_xent'          # V-MoE: loss.name = 'sigmoid_xent'.
   config.mixup_alpha = 0.5              # V-MoE: mixup.concentration = 0.5.
   config.log_every_steps = 100          # V-MoE: report_progress.every_steps.
@@ -248,7 +250,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=0.1))
   # V-MoE: linear warmup 10k steps, then linear decay to 1e-5 (ScheduleConfig's end_lr).
   config.schedule = experiment_lib.config_block(
-      optim.ScheduleConfig(peak_lr=PAPER_PEAK_LR[variant], warmup_steps=10_000))
+      optim.ScheduleConfig(peak_lr=PEAK_LR[size], warmup_steps=10_000))
   config.eval = experiment_lib.config_block(classify.EvalConfig(every_steps=1_000,
                                                                 batch_size=4096))
   # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
@@ -268,9 +270,8 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   if arg.runlocal:
     # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
     # on embedded images in place of ImageNet.
-    patch = int(variant.split('/')[1])
     config.model.variant = f'mu/{patch}'
-    config.model.image_size = 2 * patch
+    config.model.image_size = 2 * int(patch)
     _embedded_stand_in(config)
     runlocal(config)
   return config

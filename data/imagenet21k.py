@@ -43,13 +43,8 @@ from absl import logging
 import tensorflow_datasets as tfds
 
 from data import builder_base
+from data import imagenet21k_splits
 
-HOLDOUT_SIZE = 102_400   # V-MoE/ViT: the first 102,400 training images are the validation set.
-FALL11_IMAGES = 14_197_122   # image-net.org's count for fall11; the paper configs' epochs use it.
-SPLIT_ALIASES = {
-    'holdout': f'full[:{HOLDOUT_SIZE}]',
-    'train_minus_holdout': f'full[{HOLDOUT_SIZE}:]',
-}
 DOWNLOAD_PAGE = 'https://image-net.org/download-images.php'
 _SYNSET_TAR = re.compile(r'(?:.*/)?(n\d{8})\.tar')
 
@@ -148,7 +143,7 @@ class Imagenet21k(builder_base.LocalBuilder):
     return tfds.core.DatasetInfo(
         builder=self,
         description=('ImageNet-21k; labels are the sorted WordNet synset ids of the archive. '
-                     f'V-MoE validation: full[:{HOLDOUT_SIZE}].'),
+                     f'V-MoE validation: {imagenet21k_splits.SPLIT_ALIASES["holdout"]}.'),
         features=tfds.features.FeaturesDict({
             'image': tfds.features.Image(encoding_format='jpeg'),
             'label': tfds.features.ClassLabel(),      # Names set from the archive listing.

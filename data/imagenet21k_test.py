@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 from data import imagenet21k
+from data import imagenet21k_splits
 from data import pipeline
 from data import prepare
 from data import sources
@@ -114,8 +115,8 @@ def test_archive_without_synsets_fails(tmp_path):
 
 
 def test_holdout_aliases_are_vmoe_s():
-  assert imagenet21k.SPLIT_ALIASES == {'holdout': 'full[:102400]',
-                                       'train_minus_holdout': 'full[102400:]'}
+  assert imagenet21k_splits.SPLIT_ALIASES == {'holdout': 'full[:102400]',
+                                              'train_minus_holdout': 'full[102400:]'}
   assert [r.num_synsets for r in imagenet21k.RELEASES] == [21_841, 19_167]
   assert not os.path.basename(imagenet21k.RELEASES[1].archive).endswith('.tar')  # tar.gz
   assert np.all(np.diff([int(s[1:]) for s in sorted(SYNSETS)]) > 0)

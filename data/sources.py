@@ -37,6 +37,7 @@ import tensorflow_datasets as tfds
 from base import errors
 from data import embedded
 from data import imagenet21k
+from data import imagenet21k_splits
 from data import ops
 from data import records as records_lib
 
@@ -363,10 +364,10 @@ class RecordFilesSource:
 # ---------------------------------------------------------------------------------------------
 # Registry and entry points.
 
-# The release behind configs/common.py IMAGENET21K_TRAIN_IMAGES (V-MoE's data).
+# The release behind imagenet21k_splits.TRAIN_IMAGES, the paper configs' count (V-MoE's data).
 _IMAGENET21K_SIZE_NOTE = (
-    f'; the paper configs count ImageNet-21k fall11 ({imagenet21k.FALL11_IMAGES:,} images less '
-    f'the {imagenet21k.HOLDOUT_SIZE:,} held out): download fall11_whole.tar from '
+    f'; the paper configs count ImageNet-21k fall11 ({imagenet21k_splits.FALL11_IMAGES:,} images '
+    f'less the {imagenet21k_splits.HOLDOUT_SIZE:,} held out): download fall11_whole.tar from '
     f'{imagenet21k.DOWNLOAD_PAGE} and build it with '
     '`python -m data.prepare build imagenet21k/fall11`')
 
@@ -374,7 +375,8 @@ SOURCES = {
     'fashion_mnist': TfdsSource(_fashion_mnist_builder, _prepare_embedded, None),
     'digits': TfdsSource(_digits_builder, _prepare_embedded, None),
     'imagenet21k': TfdsSource(_imagenet21k_builder, None, _imagenet21k_missing,
-                              aliases=imagenet21k.SPLIT_ALIASES, size_note=_IMAGENET21K_SIZE_NOTE),
+                              aliases=imagenet21k_splits.SPLIT_ALIASES,
+                              size_note=_IMAGENET21K_SIZE_NOTE),
     'imagenet2012': TfdsSource(_imagenet2012_builder, None, _imagenet2012_missing),
     'multilabel_records': RecordFilesSource(),
 }

@@ -67,6 +67,7 @@ from base import atomic   # pylint: disable=wrong-import-position
 from base import fast_compile   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
+from results import paper   # pylint: disable=wrong-import-position
 from vmoe import experiment as experiment_lib   # pylint: disable=wrong-import-position
 from vmoe import flops   # pylint: disable=wrong-import-position
 from vmoe import setup as setup_lib   # pylint: disable=wrong-import-position
@@ -74,7 +75,6 @@ from vmoe import sharding   # pylint: disable=wrong-import-position
 from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
 
 GIB = 2 ** 30
-VARIANTS = ('B/32', 'B/16', 'L/16')
 ROUTER = 'softmax_ec'
 ROUTER_SLICE = 0     # The router comparison runs B/32 on SLICES[0].
 
@@ -277,8 +277,9 @@ def main(argv=None) -> int:
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
   parser.add_argument('--no-precisions', action='store_true',
                       help='Skip the bfloat16 and remat columns (PRECISIONS).')
-  parser.add_argument('--archs', default=','.join(VARIANTS),
-                      help='Comma-separated subset of VARIANTS (the table lists these only).')
+  parser.add_argument('--archs', default=','.join(paper.ARCHS),
+                      help='Comma-separated subset of the paper\'s architectures (the table lists '
+                      'these only).')
   parser.add_argument('--cache-dir', default='workdirs/plan',
                       help='Where each compiled program\'s counters are kept: a killed or '
                       'concurrent plan reuses them (delete it after changing the model).')
@@ -295,8 +296,8 @@ def main(argv=None) -> int:
     parser.error(f'{len(cpu_devices)} devices; run as `python -m launch.plan`, which asks XLA '
                  'for 256 simulated CPU devices and its memory scheduler before jax starts.')
   archs = [a for a in args.archs.split(',') if a]
-  if not set(archs) <= set(VARIANTS):
-    parser.error(f'--archs: valid values are {", ".join(VARIANTS)}')
+  if not set(archs) <= set(paper.ARCHS):
+    parser.error(f'--archs: valid values are {", ".join(paper.ARCHS)}')
   rows = []
   for variant in archs:
     for slice_ in SLICES:
@@ -309,11 +310,11 @@ def main(argv=None) -> int:
   routers = () if args.no_routers else router_lib.PAPER_ROUTERS
   for router in routers:   # B/32 on SLICES[ROUTER_SLICE]; ROUTER's row comes from the cache.
     router_rows.append(plan_row(
-        paper_config(VARIANTS[0], router), SLICES[ROUTER_SLICE],
+        paper_config(paper.ARCHS[0], router), SLICES[ROUTER_SLICE],
         slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu), cache_dir=args.cache_dir))
   command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in (argv or sys.argv[1:]))
   atomic.write_text(args.out, to_markdown(rows, router_rows, command,
-                                          paper_config(VARIANTS[0]).num_train_steps))
+                                          paper_config(paper.ARCHS[0]).num_train_steps))
   print(f'wrote {args.out}')
   return 0
 

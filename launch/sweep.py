@@ -45,7 +45,9 @@ from results import paper
 from vmoe import run_protocol
 from vmoe.routing import names as router_names
 
-ARCHS = ('b32', 'b16', 'l16', 'tiny')
+# The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
+# 'B/32' -> 'b32'), and configs/tiny.py.
+ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ('tiny',)
 DENSE = router_names.DENSE
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
