@@ -75,3 +75,22 @@ def test_unknown_regime_exits_2(capsys):
 
 def test_stat_is_the_shared_definition():
   assert stats.stat([0.80, 0.82, 0.84]).std == pytest.approx(0.02)
+
+
+def _row(name, steps, dense, moe):
+  regime = pilot.Regime(name, 'knobs', steps)
+  return pilot.Row(regime, stats.stat(dense), stats.stat(moe), None, None)
+
+
+def test_choose_takes_the_cheapest_regime_where_moe_clears_two_standard_errors():
+  flat = _row('flat', 1500, [0.80, 0.81, 0.82], [0.80, 0.81, 0.82])          # margin 0.
+  clear = _row('clear', 3000, [0.80, 0.81, 0.82], [0.83, 0.84, 0.85])        # +3, s.e. 0.82.
+  clearer = _row('clearer', 3000, [0.80, 0.81, 0.82], [0.85, 0.86, 0.87])    # +5, same s.e.
+  too_long = _row('too_long', 6000, [0.80, 0.80, 0.80], [0.90, 0.91, 0.92])  # Over budget.
+  best, why = pilot.choose([flat, clear, clearer, too_long])
+  assert best is clearer and why.startswith('clearer: the cheapest affordable regime')
+  # None clears 2 s.e.: the largest margin / s.e. among the affordable ones, said as such.
+  best, why = pilot.choose([flat, _row('small', 3000, [0.80, 0.81, 0.82], [0.81, 0.82, 0.83])])
+  assert best.regime.name == 'small' and 'no affordable regime shows MoE above dense' in why
+  # Fewer than 3 seeds do not count.
+  assert pilot.choose([_row('two', 1500, [0.8, 0.81], [0.9, 0.91])])[0] is None
