@@ -74,6 +74,7 @@ class ExpertShard(nn.Module):
   dropout_rate: float = 0.0
   expert_init: str = 'shared'
   dtype: jnp.dtype = jnp.float32
+  output_dtype: jnp.dtype | None = None
   shards: int = 1
 
   @nn.compact
@@ -83,7 +84,7 @@ class ExpertShard(nn.Module):
     relayout = lambda a, n, m: jnp.swapaxes(a.reshape(n, m, num_groups, capacity, dim), 0, 1)
     received = relayout(buffers, self.shards, local).reshape(local, -1, capacity, dim)
     outputs = moe.Experts(local, self.mlp_dim, self.dropout_rate, self.expert_init, self.dtype,
-                          name='experts')(received, train=train)
+                          self.output_dtype, name='experts')(received, train=train)
     return relayout(outputs, local, self.shards).reshape(buffers.shape)
 
 

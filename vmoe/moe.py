@@ -11,10 +11,17 @@ built. Soft MoE, and the `dispatch='einsum'` reference path, contract the dense 
 Buffers are laid out expert-major (E, G, C, D) so that the experts run as one batched matmul and
 an expert-sharded mesh moves tokens with a single all-to-all.
 
-Precision: the router computes in float32 whatever the model's dtype (router.py), so routing
-decisions do not depend on it. Dispatch and combine (the buffers, the all-to-all, Soft MoE's
-dense tensors in the contraction) run in the dispatch dtype (`buffer_dtype`), and the experts
-compute in the model's dtype from float32 parameters, as V-MoE's Bfloat16Dispatcher does.
+Precision, as V-MoE's Bfloat16Dispatcher (its vmoe/moe.py) under the paper configs' bfloat16
+dispatch: the router computes in float32 whatever the model's dtype (router.py), so routing
+decisions do not depend on it, and its dispatch and combine weights stay float32. The tokens are
+cast to the dispatch dtype (`buffer_dtype`) before the dispatch, and the experts return their
+outputs in it. Every contraction of a float32 weight with those tokens or outputs computes in
+float32, as V-MoE's einsums of float32 weights with bfloat16 data promote to float32: Soft MoE's
+dispatch (so its buffers, and its all-to-all to the experts, are float32) and every combine
+(products and sums over a token's slots in float32, then cast to the model's dtype). A sparse
+router's buffers are the tokens themselves, gathered in the dispatch dtype; the einsum path's
+one-hot dispatch tensor is cast to it, as V-MoE's boolean dispatch mask is. The experts compute in
+the model's dtype from float32 parameters.
 """
 import dataclasses
 
@@ -37,12 +44,18 @@ def dispatch_by_index(x: jax.Array, slot_token: jax.Array) -> jax.Array:
   return jnp.transpose(jax.vmap(gather)(x, slot_token), (1, 0, 2, 3))
 
 
+# The dtype every combine multiplies and sums in: V-MoE's combine einsum of its float32 weights
+# with bfloat16 expert outputs promotes to float32 (docs/fidelity.md D3).
+COMBINE_DTYPE = jnp.float32
+
+
 def combine_by_index(outputs: jax.Array, slot_token: jax.Array, slot_weight: jax.Array,
                      num_tokens: int) -> jax.Array:
-  """Scatter-adds weighted expert outputs (E, G, C, D) back to their tokens -> (G, S, D)."""
+  """Scatter-adds weighted expert outputs (E, G, C, D) back to their tokens -> (G, S, D), each
+  product and the sum over a token's slots in COMBINE_DTYPE."""
   def combine(yg, tg, wg):  # (E, C, D), (E, C), (E, C) -> (S, D); empty slots (index S) drop.
-    weighted = wg[..., None].astype(yg.dtype) * yg
-    return jnp.zeros((num_tokens, yg.shape[-1]), yg.dtype).at[tg].add(weighted, mode='drop')
+    weighted = wg[..., None].astype(COMBINE_DTYPE) * yg.astype(COMBINE_DTYPE)
+    return jnp.zeros((num_tokens, yg.shape[-1]), COMBINE_DTYPE).at[tg].add(weighted, mode='drop')
   return jax.vmap(combine)(jnp.transpose(outputs, (1, 0, 2, 3)), slot_token, slot_weight)
 
 
@@ -51,22 +64,25 @@ def dispatch_dense(x: jax.Array, dispatch: jax.Array) -> jax.Array:
 
   One batched matmul per group, (E*C, S) @ (S, D), in the layout of XLA's dot output (batch,
   free, free), then one transpose to expert-major; Soft MoE's dispatch, whose cost over its
-  experts bench/moe_layer.py reports (`vs_own_experts`).
+  experts bench/moe_layer.py reports (`vs_own_experts`). It computes in the promoted dtype of the
+  two, as V-MoE's einsum does: float32 for Soft MoE's float32 weights on bfloat16 tokens, the
+  tokens' dtype for a one-hot tensor cast to it.
   """
   num_groups, num_tokens, num_experts, capacity = dispatch.shape
-  slots = dispatch.reshape(num_groups, num_tokens, num_experts * capacity).astype(x.dtype)
-  buffers = jax.lax.dot_general(slots, x, (((1,), (1,)), ((0,), (0,))))     # (G, E*C, D)
+  dtype = jnp.result_type(dispatch, x)
+  slots = dispatch.reshape(num_groups, num_tokens, num_experts * capacity).astype(dtype)
+  buffers = jax.lax.dot_general(slots, x.astype(dtype), (((1,), (1,)), ((0,), (0,))))  # (G, E*C, D)
   buffers = buffers.reshape(num_groups, num_experts, capacity, x.shape[-1])
   return jnp.transpose(buffers, (1, 0, 2, 3))
 
 
 def combine_dense(outputs: jax.Array, combine: jax.Array) -> jax.Array:
   """Outputs (E, G, C, D) combined with the dense combine tensor (G, S, E, C) -> (G, S, D); a
-  batched matmul per group, (S, E*C) @ (E*C, D), as dispatch_dense."""
+  batched matmul per group, (S, E*C) @ (E*C, D), as dispatch_dense, in COMBINE_DTYPE."""
   num_experts, num_groups, capacity, dim = outputs.shape
   slots = jnp.transpose(outputs, (1, 0, 2, 3)).reshape(num_groups, num_experts * capacity, dim)
-  weights = combine.reshape(num_groups, -1, num_experts * capacity).astype(outputs.dtype)
-  return jax.lax.dot_general(weights, slots, (((2,), (1,)), ((0,), (0,))))
+  weights = combine.reshape(num_groups, -1, num_experts * capacity).astype(COMBINE_DTYPE)
+  return jax.lax.dot_general(weights, slots.astype(COMBINE_DTYPE), (((2,), (1,)), ((0,), (0,))))
 
 
 def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
@@ -95,10 +111,12 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
 
 
 def buffer_dtype(compute_dtype, dispatch_dtype: str):
-  """The dtype of the dispatch and combine buffers: `dispatch_dtype` ('float32' or 'bfloat16')
-  under a float32 model, and bfloat16 under a bfloat16 one (float32 buffers around bfloat16
-  experts would only add casts). Under a float32 model, 'bfloat16' is V-MoE's Bfloat16Dispatcher:
-  tokens travel to and from the experts in bfloat16, the experts compute in float32."""
+  """The dtype of the tokens entering the dispatch and of the expert outputs leaving the experts:
+  `dispatch_dtype` ('float32' or 'bfloat16') under a float32 model, and bfloat16 under a bfloat16
+  one (float32 tokens around bfloat16 experts would only add casts). Under a float32 model,
+  'bfloat16' is V-MoE's Bfloat16Dispatcher: a sparse router's tokens travel to and from the
+  experts in bfloat16, the experts compute in float32, and the weights and the combine stay
+  float32 (module docstring)."""
   if dispatch_dtype not in DISPATCH_DTYPES:
     raise ValueError(f'unknown moe.dispatch_dtype {dispatch_dtype!r}; valid: '
                      f'{", ".join(DISPATCH_DTYPES)}.')
@@ -186,13 +204,16 @@ class Experts(nn.Module):
   """E two-layer GELU MLPs with stacked weights, applied to buffers (E, G, C, D).
 
   expert_init: 'shared' (one initial draw for all experts, V-MoE's) or 'independent'. The experts
-  compute in `dtype` from float32 parameters and return outputs of the buffers' dtype.
+  compute in `dtype` from float32 parameters and return outputs of `output_dtype` (None: the
+  buffers' dtype); the cast comes before the outputs leave for the combine, so an expert-sharded
+  mesh's all-to-all moves them in that dtype.
   """
   num_experts: int
   mlp_dim: int
   dropout_rate: float = 0.0
   expert_init: str = 'shared'
   dtype: jnp.dtype = jnp.float32
+  output_dtype: jnp.dtype | None = None
 
   @nn.compact
   def __call__(self, buffers: jax.Array, *, train: bool) -> jax.Array:
@@ -216,7 +237,8 @@ class Experts(nn.Module):
     h = jnp.einsum('end,edf->enf', tokens, wi) + bi[:, None, :]
     h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))
     y = jnp.einsum('enf,efd->end', h, wo) + bo[:, None, :]
-    y = nn.Dropout(self.dropout_rate, deterministic=not train)(y).astype(buffers.dtype)
+    y = nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    y = y.astype(self.output_dtype or buffers.dtype)
     return sharding.constrain(y.reshape(buffers.shape), sharding.EXPERT_BUFFERS)
 
 
@@ -227,7 +249,8 @@ class MoeMlp(nn.Module):
   every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
   losses, to add to the training loss), the router health of `routing_metrics`, and the
   sparsity-constrained solver's health when it runs (router_lib.Router). The experts compute in
-  `dtype`; dispatch and combine in `dispatch_dtype` (`buffer_dtype`); the router in float32.
+  `dtype`; tokens enter the dispatch and outputs leave the experts in `dispatch_dtype`
+  (`buffer_dtype`); the router, its weights and the combine compute in float32 (module docstring).
   """
   num_experts: int
   mlp_dim: int
@@ -257,7 +280,8 @@ class MoeMlp(nn.Module):
     route, router_metrics = router_lib.Router(self.router, self.num_experts, name='router')(
         groups, train=train)
     experts = self.experts_class(self.num_experts, self.mlp_dim, self.dropout_rate,
-                                 self.expert_init, self.dtype, name='experts')
+                                 self.expert_init, self.dtype, output_dtype=self.dispatch_dtype,
+                                 name='experts')
     tokens = groups.astype(self.dispatch_dtype)    # The router above read them in float32.
     if isinstance(route, router_lib.SparseRouting) and self.dispatch == 'indices':
       outputs = experts(dispatch_by_index(tokens, route.slot_token), train=train)
@@ -265,8 +289,11 @@ class MoeMlp(nn.Module):
     else:
       dense = route
       if isinstance(route, router_lib.SparseRouting):
-        dense = router_lib.DenseRouting(*jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
-            route.slot_token, route.slot_weight, num_tokens))
+        dispatch, combine = jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
+            route.slot_token, route.slot_weight, num_tokens)
+        # One-hot, so exact in the tokens' dtype: the buffers hold the tokens themselves (V-MoE
+        # dispatches with a boolean mask).
+        dense = router_lib.DenseRouting(dispatch.astype(tokens.dtype), combine)
       # The (G, S, E, C) tensors stay with their groups; unconstrained, the partitioner splits
       # them over E and the backward pass all-gathers every image's tokens (Soft MoE, B/32).
       dense = jax.tree.map(lambda a: sharding.constrain(a, sharding.BATCH), dense)

@@ -15,6 +15,7 @@ from vmoe import setup as setup_lib
 from vmoe import sharding
 from vmoe import train_step as train_lib
 from vmoe import vit
+from vmoe.routing import allocation
 from vmoe.routing import router as router_lib
 
 F32_EPS = float(np.finfo(np.float32).eps)
@@ -113,6 +114,88 @@ def test_float32_model_with_bfloat16_dispatch_moves_bfloat16_buffers(small):
   buffers, = state['intermediates']['block_01']['moe']['experts']['__call__']
   (block, _), = state['intermediates']['block_01']['__call__']
   assert buffers.dtype == jnp.bfloat16 and block.dtype == jnp.float32
+
+
+# V-MoE's combine (its Bfloat16Dispatcher around the einsum or index dispatcher): the experts'
+# outputs are cast to bfloat16, and jnp.einsum of the float32 combine weights with them promotes
+# to float32, so each product w * y and the sum over a token's slots are float32 (Soft MoE's
+# dispatch likewise: float32 weights times bfloat16 tokens, summed in float32). A float32 dot of
+# n terms, in any order and with or without fused multiply-adds, errs from the exact sum by at
+# most gamma_n * sum_i |w_i y_i|, gamma_n = n u / (1 - n u), u = 2^-24 (Higham, "Accuracy and
+# Stability of Numerical Algorithms", eq. 3.5), so the test does not depend on XLA's order.
+def gamma(n: int) -> float:
+  u = F32_EPS / 2
+  return n * u / (1 - n * u)
+
+
+def as_float64(a) -> np.ndarray:
+  return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+
+
+def layer_inside(layer, variables, x):
+  """The layer's output, and the router's routing and the experts' (buffers, outputs) it made."""
+  seen = {}
+
+  def record(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if context.method_name == '__call__' and type(context.module) in (moe.Experts,
+                                                                      router_lib.Router):
+      seen[type(context.module)] = (args[0], out)
+    return out
+  with nn.intercept_methods(record):
+    y, _ = layer.apply(variables, x, train=True, rngs={'gating': jax.random.PRNGKey(2)})
+  (_, (route, _)), (buffers, outputs) = seen[router_lib.Router], seen[moe.Experts]
+  return y, route, buffers, outputs
+
+
+V_MOE_CASES = [(name, 'indices') for name in router_lib.PAPER_ROUTERS] + [
+    (name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe']
+
+
+@pytest.mark.parametrize('router,dispatch', V_MOE_CASES)
+def test_bfloat16_dispatch_combines_in_float32_as_v_moe(router, dispatch):
+  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dispatch=dispatch,
+                     dispatch_dtype=jnp.bfloat16)
+  x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))   # Float32 tokens of a float32 model.
+  y, route, buffers, outputs = layer_inside(layer, layer.init(jax.random.PRNGKey(1), x), x)
+  soft_moe = isinstance(route, router_lib.DenseRouting)
+  num_groups = x.shape[0] if soft_moe else x.shape[0] // GROUP_SIZE
+  if soft_moe:
+    dispatch_weights, combine_weights = route
+  else:
+    dispatch_weights, combine_weights = jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
+        route.slot_token, route.slot_weight, x.size // (num_groups * x.shape[-1]))
+  assert combine_weights.dtype == jnp.float32                     # Weights stay float32.
+  tokens = as_float64(x.astype(jnp.bfloat16)).reshape(num_groups, -1, x.shape[-1])
+  d, c = as_float64(dispatch_weights), as_float64(combine_weights)   # (G, S, E, C)
+  num_tokens, num_experts, capacity = d.shape[1:]
+
+  # Dispatch: bfloat16 tokens. A sparse router's buffers are those tokens, bit for bit; Soft MoE's
+  # are float32 weighted sums of them over the group's S tokens.
+  exact_buffers = np.einsum('gsec,gsd->egcd', d, tokens)
+  if soft_moe:
+    assert buffers.dtype == jnp.float32
+    bound = gamma(num_tokens) * np.einsum('gsec,gsd->egcd', np.abs(d), np.abs(tokens))
+    assert np.all(np.abs(as_float64(buffers) - exact_buffers) <= bound)
+  else:
+    assert buffers.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(as_float64(buffers), exact_buffers)
+
+  # Combine: the experts' outputs leave them in bfloat16; float32 weights times them, summed in
+  # float32 over the E * C slots, then cast to the model's float32.
+  assert outputs.dtype == jnp.bfloat16 and y.dtype == jnp.float32
+  expert_outputs = as_float64(outputs)                            # (E, G, C, D), exact.
+  exact = np.einsum('gsec,egcd->gsd', c, expert_outputs)
+  bound = gamma(num_experts * capacity) * np.einsum('gsec,egcd->gsd', np.abs(c),
+                                                    np.abs(expert_outputs))
+  found = as_float64(y).reshape(exact.shape)
+  assert np.all(np.abs(found - exact) <= bound), np.max(np.abs(found - exact) - bound)
+  # The bound tells a bfloat16 combine (weights and sums rounded to 8 bits, the former default)
+  # from this one: rounding the weights alone already moves some token's output past it.
+  to_bfloat16 = lambda a: as_float64(jnp.asarray(a, jnp.float32).astype(jnp.bfloat16))
+  bfloat16_combine = np.einsum('gsec,egcd->gsd', to_bfloat16(c), expert_outputs)
+  assert np.any(np.abs(bfloat16_combine - exact) > bound)
 
 
 def test_unknown_dtypes_name_the_key(small):
