@@ -26,8 +26,12 @@ def sinkhorn(logits: jax.Array, num_iters: int = 20) -> jax.Array:
 
   Solves max <Pi, logits> - <Pi, log Pi> s.t. Pi 1_E = 1_T, Pi^T 1_T = (T/E) 1_E by Sinkhorn's
   algorithm in the log domain: Pi = exp(logits + f[:, None] + g[None, :]) with the dual potentials
-  f (T,) and g (E,) updated alternately for a fixed number of iterations. The last update is the
-  row one, so rows sum to 1 exactly and columns to T/E up to the convergence error.
+  f (T,) and g (E,). Each iteration updates the column potential g from f, then the row potential
+  f from the new g, starting from f = 0: the order and count of ott-jax's Sinkhorn, which the
+  reference runs for exactly 20 iterations (docs/fidelity.md, the Sinkhorn row and D6; ott 0.2.11
+  `Sinkhorn.kernel_step` updates the column scaling v = b / K^T u, then the row scaling
+  u = a / K v, from u = 1, the scaling-domain form of f = 0). The last update is the row one, so
+  rows sum to 1 exactly and columns to T/E up to the convergence error.
 
   The iterations are unrolled and differentiable. The routers use this plan only to choose the
   dispatch (a discrete top-k, which carries no gradient), so with the softmax-combine trick no
@@ -46,14 +50,15 @@ def sinkhorn(logits: jax.Array, num_iters: int = 20) -> jax.Array:
   num_tokens, num_experts = logits.shape
   log_col_sum = jnp.log(num_tokens / num_experts)
 
+  def column_potential(f):  # g such that each column of exp(logits + f + g) sums to T/E.
+    return log_col_sum - jax.nn.logsumexp(logits + f[:, None], axis=0)
+
   def row_potential(g):  # f such that each row of exp(logits + f + g) sums to 1.
     return -jax.nn.logsumexp(logits + g[None, :], axis=1)
 
-  def update(_, g):
-    f = row_potential(g)
-    return log_col_sum - jax.nn.logsumexp(logits + f[:, None], axis=0)
-
-  g = jax.lax.fori_loop(0, num_iters, update, jnp.zeros((num_experts,), jnp.float32))
+  f = jax.lax.fori_loop(0, num_iters - 1, lambda _, f: row_potential(column_potential(f)),
+                        jnp.zeros((num_tokens,), jnp.float32))
+  g = column_potential(f)                                   # The last iteration, kept whole.
   f = row_potential(g)
   return jnp.exp(logits + f[:, None] + g[None, :])
 
