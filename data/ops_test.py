@@ -96,6 +96,27 @@ def test_decode_channels_and_grayscale():
   assert out.shape == (2, 3, 3) and (out == 9).all()
 
 
+def test_decode_then_crop_differs_from_v_moes_decode_and_crop_only_on_the_crop_edge():
+  # V-MoE's decode_jpeg_and_inception_crop decodes only its crop window
+  # (tf.image.decode_and_crop_jpeg); the project decodes the whole image, then crops (fidelity
+  # D18). For a 4:4:4 JPEG both give the same pixels. For a 4:2:0 one (chroma at half
+  # resolution, most photographs) the window's decode upsamples the chroma without the
+  # neighbours outside it, so the crop's outermost rows and columns differ; every other pixel is
+  # equal.
+  rng = np.random.default_rng(0)
+  smooth = tf.image.resize(rng.uniform(0, 255, (1, 16, 16, 3)), (64, 64))[0]
+  image = tf.cast(tf.clip_by_value(smooth + rng.normal(0, 20, (64, 64, 3)), 0, 255), tf.uint8)
+  window = [13, 7, 37, 41]                            # Odd offsets: not on a chroma block edge.
+  y, x, h, w = window
+  for chroma_downsampling in (False, True):
+    data = tf.io.encode_jpeg(image, quality=90, chroma_downsampling=chroma_downsampling)
+    theirs = tf.image.decode_and_crop_jpeg(data, window, channels=3).numpy().astype(int)
+    ours = run('decode', {'image': data.numpy()})['image'][y:y + h, x:x + w].astype(int)
+    differs = np.abs(theirs - ours).max(axis=-1) > 0
+    np.testing.assert_array_equal(differs[1:-1, 1:-1], False)
+    assert differs.any() == chroma_downsampling
+
+
 def test_inception_crop_flip_shapes_and_determinism():
   image = np.random.default_rng(0).integers(0, 256, (40, 30, 3), dtype=np.uint8)
   pp = 'inception_crop(16)|flip_lr'

@@ -108,8 +108,13 @@ def test_router_parameters_and_outputs(name):
   assert set(aux) == {'aux_loss'} | solver and aux['aux_loss'].shape == ()
 
 
-def test_noise_is_used_in_training_only():
-  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=50.0)
+@pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_tc', 'sinkhorn_ec'])
+def test_noise_is_used_in_training_only(name):
+  # The Sinkhorn routers too: the reference adds the noise to the logits Sinkhorn transports
+  # (kl_projection_routing.py), where the paper's Sinkhorn objective has plain X W (fidelity
+  # D17). Their dispatch comes from the plan alone, so a dispatch that moves with the noise
+  # draw is a plan of the noisy logits.
+  config = router_lib.RouterConfig(name=name, capacity_factor=1, noise_std=50.0)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 8))
   module = router_lib.Router(config, num_experts=4)
   variables = module.init(jax.random.PRNGKey(1), x, train=False)
