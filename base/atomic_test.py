@@ -5,6 +5,8 @@ import os
 import pytest
 
 from base import atomic
+from base import errors
+from base import full_disk_testutil as full_disk
 
 
 def test_write_json_round_trips_and_leaves_no_temporary_files(tmp_path):
@@ -45,3 +47,20 @@ def test_writing_a_stream_that_fails_midway_keeps_the_old_file(tmp_path):
       f.write(b'half of the new')
       raise RuntimeError('killed')
   assert path.read_bytes() == b'old' and os.listdir(tmp_path) == ['labels.npy']
+
+
+def test_a_full_disk_keeps_the_old_file_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+  # The writer of summary.json, config.json and the data caches beside a data set.
+  disk = tmp_path / 'disk'
+  with full_disk.small_disk(disk, 256 * 1024) as kind:
+    path = disk / 'summary.json'
+    atomic.write_json(str(path), {'ok': True})
+    if kind == full_disk.TMPFS:
+      full_disk.fill(disk)
+    else:       # Where the disk fills up on some file systems: when the data is flushed.
+      monkeypatch.setattr(atomic.os, 'fsync', lambda fd: (_ for _ in ()).throw(full_disk.enospc()))
+    with pytest.raises(OSError) as error:
+      atomic.write_json(str(path), {'ok': False, 'padding': 'x' * 100_000})
+    assert errors.is_disk_full(error.value)
+    assert json.loads(path.read_text()) == {'ok': True}
+    assert sorted(os.listdir(disk)) == sorted(['summary.json'] + ['filler'] * (kind == full_disk.TMPFS))

@@ -1,13 +1,17 @@
-"""Tests of orbax checkpointing: round trip, keep-N, nothing to restore, corrupt checkpoints."""
+"""Tests of orbax checkpointing: round trip, keep-N, nothing to restore, corrupt checkpoints, a full
+disk."""
 import os
+import re
 
 from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+from orbax.checkpoint._src.serialization import serialization as orbax_serialization
 import pytest
 
 from base import errors
+from base import full_disk_testutil as full_disk
 from base import watchdog
 from data import pipeline
 from data import sources
@@ -129,3 +133,29 @@ def test_fifty_async_saves_finish_while_the_input_pipeline_runs(tmp_path, hard_d
   state, record = restore(tmp_path, checkpointing.CheckpointConfig(every_steps=1))
   np.testing.assert_array_equal(state['params']['w'], state_at(50)['params']['w'])
   assert record['data']['batches'] == 49 * 4
+
+
+def test_a_full_disk_during_a_save_is_one_user_error_and_the_checkpoint_before_restores(
+    tmp_path, monkeypatch):
+  # The checkpoints on a 1 MiB file system, full once step 1 is saved; where one cannot be mounted,
+  # orbax's array writer fails as TensorStore does on a full disk.
+  disk = tmp_path / 'disk'
+  with full_disk.small_disk(disk, 2**20) as kind:
+    config = save_steps(disk, [1])
+    if kind == full_disk.TMPFS:
+      full_disk.fill(disk / 'checkpoints')
+    else:
+      async def fails(*args, **kwargs):
+        raise ValueError(f'RESOURCE_EXHAUSTED: Failed writing: {errors.NO_SPACE}')
+      monkeypatch.setattr(orbax_serialization, 'async_serialize_from_host', fails)
+    manager = checkpointing.make_manager(str(disk), config)
+    with pytest.raises(errors.UserError) as error:
+      checkpointing.save(manager, 2, state_at(2), {'data': {'position': 2}})
+      checkpointing.wait_until_finished(manager)      # The error of the save in the background.
+    directory = str(disk / 'checkpoints')
+    assert str(error.value).startswith(f'No space left on the disk of {directory} while saving a '
+                                       'checkpoint. The checkpoint of step 1 is intact')
+    assert re.search(r'free at least 0\.\d MiB there \(the size of one checkpoint; the '
+                     r'unfinished 2\.orbax-checkpoint-tmp can go too\)', str(error.value))
+    monkeypatch.undo()
+    assert_restored(restore(disk, config), 1)     # The unfinished step 2 is not a checkpoint.

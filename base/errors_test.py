@@ -1,0 +1,36 @@
+"""Tests of a full disk as a user error."""
+import errno
+
+import pytest
+
+from base import errors
+from base import full_disk_testutil as full_disk
+
+
+def test_a_full_disk_is_recognised_through_the_chain_and_in_tensorstore_text():
+  assert errors.is_disk_full(full_disk.enospc('/x'))
+  # TensorStore's error for a failed write (orbax's array writer): a ValueError quoting the OS.
+  assert errors.is_disk_full(ValueError('RESOURCE_EXHAUSTED: Failed to write 132153 bytes to file '
+                                        "14: No space left on device [os_error_code='28']"))
+  try:
+    try:
+      raise full_disk.enospc()
+    except OSError as e:
+      raise RuntimeError('save failed') from e
+  except RuntimeError as e:
+    assert errors.is_disk_full(e)
+  assert not errors.is_disk_full(OSError(errno.EACCES, 'Permission denied'))
+
+
+def test_a_full_disk_under_the_block_is_one_user_error_naming_the_directory():
+  with pytest.raises(errors.UserError, match=r'^No space left on the disk of /ckpt while saving '
+                                             r'a checkpoint\. Free 1 MiB\.$') as error:
+    with errors.disk_full_is_user_error('/ckpt', 'saving a checkpoint', lambda: 'Free 1 MiB.'):
+      raise full_disk.enospc('/ckpt/1')
+  assert isinstance(error.value.__cause__, OSError)
+  with pytest.raises(KeyError):            # Anything else passes through.
+    with errors.disk_full_is_user_error('/ckpt', 'saving', lambda: ''):
+      raise KeyError('x')
+  with pytest.raises(errors.UserError, match='^already said$'):   # As does a UserError.
+    with errors.disk_full_is_user_error('/ckpt', 'saving', lambda: ''):
+      raise errors.UserError('already said') from full_disk.enospc()
