@@ -73,15 +73,12 @@ test: install
 	$(PY) -m pytest -q -n 2
 
 bench: install
-	$(PY) -m bench.moe_layer --all --groups 16 --out bench/results/moe_layer.json
-	$(PY) -m bench.moe_layer --all --groups 16 --expert-shards 32 \
-	  --out bench/results/moe_layer_sharded.json
+	$(PY) -m bench.moe_layer --groups 16 --out bench/results/moe_layer.json
+	$(PY) -m bench.moe_layer --groups 16 --expert-shards 32 --out bench/results/moe_layer_sharded.json
 	$(PY) -m bench.train_step --out bench/results/train_step.json
 	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.paper_step --archs B/32 --dtypes float32 --per-device-batch 128 \
 	  --out bench/results/paper_step_b32_batch128.json
-	$(PY) -m bench.moe_layer --all --routers softmax_tc soft_moe --groups 16 --experts 4 \
-	  --capacities 1 --group-sizes 400 --out bench/results/moe_layer_b32_e4.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json

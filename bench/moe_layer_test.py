@@ -1,4 +1,5 @@
-"""The layer benchmark runs at tiny shapes and computes its target ratios correctly (no timing)."""
+"""The layer benchmark: its grid at tiny shapes, its ratios hand-worked, and its expert-sharded
+layer against the library's (no timed assertions)."""
 import json
 
 import jax
@@ -10,16 +11,8 @@ from bench import moe_layer
 from vmoe import moe
 from vmoe.routing import router as router_lib
 
-
-@pytest.mark.parametrize('dispatch_dtype', ['float32', 'bfloat16'])
-def test_one_row_at_a_tiny_shape(capsys, dispatch_dtype):
-  router, dispatch = 'soft_moe', 'indices'
-  moe_layer.main(['--router', router, '--dispatch', dispatch, '--groups', '2', '--group-size',
-                  '16', '--dim', '8', '--experts', '4', '--repeats', '1', '--warmup', '1', '--json',
-                  '--dispatch-dtype', dispatch_dtype])
-  row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-  assert row['router'] == router and row['forward_ms'] > 0 and row['forward_backward_ms'] > 0
-  assert row['dispatch_dtype'] == dispatch_dtype
+TINY = ['--groups', '2', '--group-sizes', '16', '--capacities', '1', '--dim', '8', '--experts',
+        '4', '--repeats', '2', '--warmup', '1']
 
 
 def test_shapes_are_the_models_token_counts():
@@ -28,64 +21,64 @@ def test_shapes_are_the_models_token_counts():
   assert moe_layer.GROUP_SIZES == (8 * 50, 8 * 197) == (400, 1576)
 
 
-def test_grid_has_both_dispatches_of_every_router_and_the_baselines():
-  args = moe_layer.argparse.Namespace(routers=list(router_lib.PAPER_ROUTERS))
+def test_grid_rows_are_the_routers_then_the_baselines():
+  args = moe_layer.parse_args(['--routers', 'softmax_tc,soft_moe'])
   rows = moe_layer.grid_rows(args, group_size=400, capacity=2)
-  # 6 routers with index dispatch, 5 with einsum (not Soft MoE), and the 3 baselines.
-  assert len(rows) == 14 and all((r.group_size, r.capacity) == (400, 2) for r in rows)
-  assert {(r.router, r.dispatch) for r in rows if r.dispatch == 'einsum'} == {
-      (name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe'}
-  assert [r.router for r in rows if r.router in moe_layer.BASELINES] == list(moe_layer.BASELINES)
+  assert all((r.group_size, r.capacity) == (400, 2) for r in rows)
+  assert [r.router for r in rows] == ['softmax_tc', 'soft_moe', *moe_layer.BASELINES]
+  # Soft MoE's experts alone only beside Soft MoE.
+  args = moe_layer.parse_args(['--routers', 'softmax_tc'])
+  assert [r.router for r in moe_layer.grid_rows(args, 400, 1)] == [
+      'softmax_tc', 'round_robin', 'dense_mlp']
 
 
-def test_grid_times_its_rows_interleaved(tmp_path, capsys):
+@pytest.mark.parametrize('dispatch_dtype', ['float32', 'bfloat16'])
+def test_grid_times_its_rows_interleaved(tmp_path, dispatch_dtype):
   out = tmp_path / 'moe_layer.json'
-  moe_layer.main(['--all', '--routers', 'softmax_ec', '--groups', '2', '--group-sizes', '16',
-                  '--capacities', '1', '--dim', '8', '--experts', '4', '--repeats', '2',
-                  '--warmup', '1', '--out', str(out)])
-  capsys.readouterr()
+  moe_layer.main(TINY + ['--routers', 'softmax_ec', '--dispatch-dtype', dispatch_dtype,
+                         '--out', str(out)])
   result = json.loads(out.read_text())
-  assert [(r['router'], r['dispatch']) for r in result['rows']] == [
-      ('softmax_ec', 'indices'), ('softmax_ec', 'einsum'), ('round_robin', 'indices'),
-      ('dense_mlp', 'indices')]
+  assert {'cpu_model', 'cpu_flags'} <= set(result['machine'])
+  assert [(r['router'], r['dispatch_dtype']) for r in result['rows']] == [
+      ('softmax_ec', dispatch_dtype), ('round_robin', None), ('dense_mlp', None)]
   assert all(len(row['rounds_forward_backward_ms']) == 2 for row in result['rows'])
-  fb = {r['router'] + '/' + r['dispatch']: r['forward_backward_ms'] for r in result['rows']}
   # E = 4 experts of C = round(16 / 4) = 4 slots in each of the 2 groups: 32 of 32 tokens.
-  assert [r['expert_tokens'] for r in result['rows']] == [32, 32, 32, 32]
-  flops = {r['router'] + '/' + r['dispatch']: r['xla_flops'] for r in result['rows']}
+  assert [r['expert_tokens'] for r in result['rows']] == [32, 32, 32]
   # The dense MLP's forward+backward: 3 passes of 2 matmuls of 32 tokens x 8 x 32 at 2 FLOPs a
   # multiply-add, plus elementwise work.
-  assert flops['dense_mlp/indices'] >= 3 * 2 * 2 * 32 * 8 * 32
-  xla_ratio = flops['softmax_ec/indices'] / flops['dense_mlp/indices']
-  assert result['ratios'] == [{
-      'group_size': 16, 'capacity': 1.0, 'expert_shards': 1, 'router': 'softmax_ec',
-      'vs_dense_mlp': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
-      'flops_ratio': 1.0,
-      'vs_flops_scaled_dense': round(fb['softmax_ec/indices'] / fb['dense_mlp/indices'], 3),
-      'vs_round_robin': round(fb['softmax_ec/indices'] / fb['round_robin/indices'], 3),
-      'xla_flops_ratio': round(xla_ratio, 3),
-      'vs_xla_flops_scaled_dense': round(
-          fb['softmax_ec/indices'] / (fb['dense_mlp/indices'] * xla_ratio), 3),
-      'einsum_over_indices': round(fb['softmax_ec/einsum'] / fb['softmax_ec/indices'], 3)}]
+  assert result['rows'][-1]['xla_flops'] >= 3 * 2 * 2 * 32 * 8 * 32
+  assert [r['router'] for r in result['ratios']] == ['softmax_ec']
+  assert {'vs_dense_mlp', 'vs_round_robin', 'vs_xla_flops_scaled_dense'} <= set(result['ratios'][0])
+
+
+def test_sharded_grid_runs_soft_moe_and_its_own_experts(tmp_path):
+  out = tmp_path / 'moe_layer.json'
+  moe_layer.main(TINY + ['--routers', 'soft_moe', '--expert-shards', '2', '--out', str(out)])
+  result = json.loads(out.read_text())
+  assert [r['router'] for r in result['rows']] == ['soft_moe'] + list(moe_layer.BASELINES)
+  # 2 groups of 8 images of 2 tokens; C = round(2 / 4) = 0.5 -> at least 1 slot per expert.
+  assert result['rows'][-1]['expert_tokens'] == 16 * 4 * 1
+  assert result['ratios'][0]['expert_shards'] == 2 and 'vs_own_experts' in result['ratios'][0]
 
 
 def test_ratios_hand_worked():
-  row = lambda name, ms, tokens, dispatch='indices': {
-      'router': name, 'dispatch': dispatch, 'group_size': 400, 'capacity': 1,
-      'forward_backward_ms': ms, 'expert_tokens': tokens}
-  rows = [{**row('dense_mlp', 100.0, 6400), 'xla_flops': 1e9}, row('round_robin', 125.0, 6144),
-          row('softmax_ec', 150.0, 6144), row('softmax_ec', 300.0, 6144, 'einsum'),
-          {**row('soft_moe', 192.0, 8192), 'xla_flops': 1.6e9}, row('soft_moe_experts', 160.0, 8192)]
+  row = lambda name, ms, tokens, xla_flops: {
+      'router': name, 'group_size': 400, 'capacity': 1, 'forward_backward_ms': ms,
+      'expert_tokens': tokens, 'xla_flops': xla_flops}
+  rows = [row('dense_mlp', 100.0, 6400, 1e9), row('round_robin', 125.0, 6144, 0.96e9),
+          row('softmax_ec', 150.0, 6144, 1.25e9), row('soft_moe', 192.0, 8192, 1.6e9),
+          row('soft_moe_experts', 160.0, 8192, 1.28e9)]
+  # Soft MoE: 192 / 100 = 1.92 at 8192 / 6400 = 1.28 the token-slots: 1.5 FLOPs-scaled, 1.2 scaled
+  # by XLA's 1.6; 192 / 160 = 1.2 over its experts, which take 160 / 128 = 1.25 of the
+  # FLOPs-scaled dense MLP. softmax_ec: 150 / 100 at 0.96 the token-slots: 1.5625 -> 1.562.
   assert moe_layer.ratios(rows) == [
       {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'soft_moe',
-       'vs_dense_mlp': 1.92,
-       'flops_ratio': 1.28, 'vs_flops_scaled_dense': 1.5, 'vs_round_robin': 1.536,
-       'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25,
-       'xla_flops_ratio': 1.6, 'vs_xla_flops_scaled_dense': 1.2},
+       'vs_dense_mlp': 1.92, 'flops_ratio': 1.28, 'vs_flops_scaled_dense': 1.5,
+       'vs_round_robin': 1.536, 'xla_flops_ratio': 1.6, 'vs_xla_flops_scaled_dense': 1.2,
+       'vs_own_experts': 1.2, 'own_experts_vs_flops_scaled_dense': 1.25},
       {'group_size': 400, 'capacity': 1, 'expert_shards': 1, 'router': 'softmax_ec',
-       'vs_dense_mlp': 1.5,
-       'flops_ratio': 0.96, 'vs_flops_scaled_dense': 1.562, 'vs_round_robin': 1.2,
-       'einsum_over_indices': 2.0}]
+       'vs_dense_mlp': 1.5, 'flops_ratio': 0.96, 'vs_flops_scaled_dense': 1.562,
+       'vs_round_robin': 1.2, 'xla_flops_ratio': 1.25, 'vs_xla_flops_scaled_dense': 1.2}]
 
 
 def test_expert_tokens_at_the_b32_recipe_shape():
@@ -102,28 +95,24 @@ def test_expert_tokens_at_the_b32_recipe_shape():
   assert moe_layer.expert_tokens(args('soft_moe_experts', 2.0)) == 128 * 32 * 3
 
 
-def test_soft_moe_experts_floor_runs_at_a_tiny_shape(capsys):
-  moe_layer.main(['--router', 'soft_moe_experts', '--groups', '2', '--group-size', '16', '--dim',
-                  '8', '--experts', '4', '--repeats', '1', '--warmup', '1', '--json'])
-  row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-  # 2 groups of 8 images of 2 tokens; C = round(2 / 4) = 0.5 -> at least 1 slot per expert.
-  assert row['expert_tokens'] == 16 * 4 * 1 and row['forward_backward_ms'] > 0
-
-
-@pytest.mark.parametrize('flags', [['--router', 'hash'],
-                                   ['--all', '--routers', 'softmax_ec', 'hash']])
-def test_unknown_router_fails_listing_valid_ones(flags):
-  with pytest.raises(ValueError, match='unknown router .*valid routers'):
-    moe_layer.main(flags)
+def test_round_robin_fills_experts_in_turn():
+  # 10 tokens over E = 4 experts at c = 1: C = round(10 / 4) = 2 (2.5 -> 2, halves to even);
+  # slot c of expert e holds token c E + e, and tokens 8 and 9 find no slot.
+  route = moe_layer.round_robin(1, 10, 4)
+  np.testing.assert_array_equal(route.slot_token[0], [[0, 4], [1, 5], [2, 6], [3, 7]])
+  np.testing.assert_array_equal(route.slot_weight, jnp.ones((1, 4, 2)))
+  # 6 tokens: C = round(1.5) = 2; slots past the last token hold the empty index T = 6.
+  np.testing.assert_array_equal(moe_layer.round_robin(1, 6, 4).slot_token[0],
+                                [[0, 4], [1, 5], [2, 6], [3, 6]])
 
 
 def test_expert_shard_runs_each_slot_through_its_devices_local_expert():
   # E = 4 experts on 2 expert devices: the device holds 2 experts, and global expert e's slots
   # (from the other device's groups in the real mesh) go to its local expert e mod 2.
   buffers = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 2, 8))     # (E, G, C, D)
-  shard = moe_layer.ExpertShard(4, 16, expert_init='independent', shards=2)
+  shard = moe_layer.ExpertShard(2, 16, expert_init='independent', shards=2)
   params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
-  local = params['params']['experts']
+  local = params['params']
   assert local['wi'].shape == (2, 8, 16)
   one_expert = moe.Experts(1, 16)
   expected = jnp.stack([
@@ -141,14 +130,38 @@ def test_expert_shard_runs_each_slot_through_its_devices_local_expert():
 def test_expert_shard_runs_local_experts_on_every_devices_groups():
   # One expert a device on 4 devices: one (4 x G x C, D) matmul, the shape the all-to-all gives.
   buffers = jnp.zeros((4, 3, 2, 8))
-  shard = moe_layer.ExpertShard(4, 16, shards=4)
+  shard = moe_layer.ExpertShard(1, 16, shards=4)
   params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
   jaxpr = jax.make_jaxpr(lambda p, b: shard.apply(p, b, train=False))(params, buffers)
   dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'dot_general']
   assert [tuple(d.invars[0].aval.shape) for d in dots] == [(1, 24, 8), (1, 24, 16)]
 
 
-def test_expert_shards_must_divide_the_experts(capsys):
+@pytest.mark.parametrize('name, dispatch_dtype', [
+    *((name, jnp.float32) for name in router_lib.PAPER_ROUTERS),
+    ('softmax_tc', jnp.bfloat16), ('soft_moe', jnp.bfloat16)])   # Index and dense dispatch.
+def test_composed_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
+  # Same parameters, same router noise: ComposedMoe at shards = 1 runs moe.MoeMlp's arithmetic
+  # (the relayout moves bytes only), so outputs and auxiliary losses match exactly.
+  config = moe_layer.router_config(name, 1.0, 4)
+  x = jax.random.normal(jax.random.PRNGKey(0), (16, 6, 8))      # 2 groups of 8 images.
+  library = moe.MoeMlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
+  composed = moe_layer.ComposedMoe(4, 16, config, dispatch_dtype=dispatch_dtype)
+  params = library.init(jax.random.PRNGKey(1), x, train=False)
+  rngs = {'gating': jax.random.PRNGKey(2)}
+  expected, metrics = library.apply(params, x, train=True, rngs=rngs)
+  got, aux = composed.apply(params, x, train=True, rngs=rngs)
+  np.testing.assert_array_equal(got, expected)
+  assert float(aux['aux_loss']) == float(metrics['aux_loss'])
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--routers', 'hash'], '--routers: valid values'),
+    (['--experts', '4', '--expert-shards', '3'], 'divide --experts 4'),
+    (['--group-sizes', '20'], 'must be 8 images of equal size'),
+    (['--capacities', 'one'], "argument --capacities: invalid"),
+    (['--repeats', '0'], '--repeats must be >= 1')])
+def test_bad_flags_exit_2(flags, message, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    moe_layer.main(['--experts', '4', '--expert-shards', '3'])
-  assert exit_info.value.code == 2 and 'divide --experts 4' in capsys.readouterr().err
+    moe_layer.main(flags)
+  assert exit_info.value.code == 2 and message in capsys.readouterr().err
