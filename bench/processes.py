@@ -1,9 +1,8 @@
 """A benchmark's parts, each run by a fresh Python process of the same module, one after another.
 
-Fresh processes keep one part's compiled programs and retained memory off the host when the next
-runs (the ten L/16 rows of bench/paper_step.py in one process were killed at 24.2 GB resident on
-a 24 GiB host), and repeated runs of one grid in fresh processes show the spread between
-processes, which on a 2-core VM exceeds the spread between rounds of one process.
+A fresh process frees the last part's compiled programs and memory (ten L/16 rows in one process
+outgrew a 24 GiB host), and repeated runs show the spread between processes, which on a 2-core VM
+exceeds the spread between the rounds of one process.
 """
 import hashlib
 import json
@@ -30,7 +29,7 @@ def run(module: str, jobs: list[list[str]], out: str) -> list[dict]:
   that exists is not run again: a rerun after a failure or a kill resumes."""
   records = []
   for index, job in enumerate(jobs):
-    part = part_path(out, index, job)
+    part = part_path(os.path.abspath(out), index, job)    # The process runs in REPO.
     if not os.path.exists(part):
       subprocess.run([sys.executable, '-m', module, *job, '--out', part], check=True, cwd=REPO)
     with open(part, encoding='utf-8') as f:

@@ -17,6 +17,7 @@ def fake_runs(monkeypatch, fail=lambda job: False):
         processes.sys.executable, '-m', 'bench.some_tool']
     assert os.path.isfile(os.path.join(cwd, 'bench', 'processes.py'))   # -m bench.* resolves.
     job, part = command[3:-2], command[-1]
+    assert os.path.isabs(part)      # The process runs in REPO, whatever the user's directory.
     ran.append(job)
     if fail(job):
       raise processes.subprocess.CalledProcessError(-9, command)    # Killed.
@@ -41,7 +42,8 @@ def test_jobs_run_in_turn_and_a_rerun_resumes(tmp_path, monkeypatch):
 
 
 def test_a_rerun_with_other_flags_does_not_take_a_failed_runs_parts(tmp_path, monkeypatch):
-  out = str(tmp_path / 'o.json')
+  monkeypatch.chdir(tmp_path)
+  out = 'o.json'      # Relative to the user's directory.
   ran = fake_runs(monkeypatch, fail=lambda job: '--steps' in job and len(ran) == 2)
   with pytest.raises(processes.subprocess.CalledProcessError):
     processes.run('bench.some_tool', [['--steps', '2']] * 2, out)
