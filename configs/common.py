@@ -117,7 +117,15 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int) 
   E) with halves to even, and the sparsity solver's steps and start for this c
   (router.sparsity_solver_defaults). router=DENSE gives a dense ViT (num_experts=0; its router
   block is ignored). docs/fidelity.md traces every value.
+
+  capacity: c (k for token choice), one of the paper's (results/paper.py CAPACITIES); the library
+  takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
   """
+  if router != DENSE and capacity not in paper.CAPACITIES:
+    raise errors.UserError(f'capacity factor c={capacity:g} is not one of the paper\'s '
+                           f'{paper.CAPACITIES}; use the config argument c=1 or c=2, or '
+                           f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
+                           'outside the paper\'s grid.')
   balanced = router == 'softmax_tc'
   try:
     # A dense model's router block is ignored; it has the same keys, built as the first paper

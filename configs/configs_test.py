@@ -145,6 +145,23 @@ def test_effective_capacity_of_the_paper_configs(name):
     assert effective == pytest.approx(want_effective, abs=1e-5)
 
 
+@pytest.mark.parametrize('router,capacity,expected', [
+    # configs/tiny.py: T = 16 images x 17 tokens = 272 per routing group (Soft MoE: one image,
+    # 17), E = 8. C = round(1.25 x 272 / 8) = round(42.5) = 42 (halves to even); k = 3:
+    # round(3 x 272 / 8) = 102; Soft MoE: round(1.25 x 17 / 8) = round(2.66) = 3.
+    ('softmax_ec', 1.25, (272, 42)),
+    ('softmax_tc', 3.0, (272, 102)),
+    ('soft_moe', 1.25, (17, 3)),
+])
+def test_capacities_outside_the_papers_grid_parse(router, capacity, expected):
+  # The paper configs restrict their argument c to the paper's (1, 2); the library takes any
+  # c > 0, and any integer k <= E for token choice (vmoe/moe_test.py trains the layer at these).
+  config = common.override(load('tiny', f'router={router}'),
+                           {'moe.router.capacity_factor': capacity})
+  assert routed_capacity(config)[:2] == expected
+  assert parse(config).moe.router.capacity_factor == capacity
+
+
 @pytest.mark.parametrize('name', PAPER_FILES + ['tiny'])
 def test_router_presets_follow_the_reference(name):
   # Noise 1/E for softmax and Sinkhorn routers (paper eq. softmax-affinity; V-MoE's routers'
@@ -249,6 +266,8 @@ def test_config_flags_argument_and_overrides():
     ('c=2,speed=3', "unknown config argument 'speed'.*valid: c, runlocal"),
     ('c=two', "c='two': expected a float"),
     ('runlocal=maybe', "runlocal='maybe': expected True or False"),
+    ('c=3', r"c=3 is not one of the paper's \(1, 2\); use the config argument c=1 or c=2, or "
+            '--config.moe.router.capacity_factor=3'),
 ])
 def test_bad_config_argument_fails(arg, message):
   with pytest.raises(ValueError, match=message):
@@ -268,7 +287,14 @@ def _tiny(**changes):
     ({'moe.router.name': 'top2'}, 1, "moe.router: unknown router 'top2'; valid routers: sinkhorn_ec"),
     ({'model.variant': 'XXL/7'}, 1, "model: unknown ViT variant 'XXL/7'"),
     ({'model.variant': 'XS'}, 1, 'names no patch size'),
-    ({'moe.router.capacity_factor': 3.0}, 1, r"c=3 is not one of the paper's \(1, 2\)"),
+    ({'moe.router.capacity_factor': 0.0}, 1, 'capacity factor must be > 0, got 0.0'),
+    ({'moe.router.capacity_factor': 1.5}, 1, 'must be an integer; got 1.5'),
+    ({'moe.router.capacity_factor': 9.0}, 1,
+     'selects k=9 experts per token but only E=8 experts exist'),
+    # Expert choice at c = 9 > E: C = round(9 x 272 / 8) = 306 slots but T = 16 x 17 = 272 tokens.
+    ({'moe.router.name': 'softmax_ec', 'moe.router.load_loss_weight': 0.0,
+      'moe.router.capacity_factor': 9.0}, 1, 'expert choice needs capacity <= T=272 tokens per '
+                                             'group, got C=306'),
     ({'model.patch_size': 5}, 1, 'patch size 5 does not divide model.image_size=28'),
     ({'moe.group_size': 24}, 1, 'batch_size=64 gives 64 images per device, not a multiple of '
                                 'moe.group_size=24'),

@@ -11,7 +11,8 @@ trusts it: the rules below are checked here and nowhere else.
      optim.*Config, classify.EvalConfig, fewshot.FewShotConfig, checkpointing.CheckpointConfig,
      WandbConfig, sharding.MeshConfig; and the run-level keys, `Experiment`);
   3. the rules that span sections (`_check_across_sections`): the model's classes are the data's,
-     MoE layers fit the model's blocks, the warm-up ends before training does;
+     MoE layers fit the model's blocks, expert choice has its C tokens to choose within a
+     routing group's T, the warm-up ends before training does;
   4. the mesh: its automatic sizes become this run's numbers and it must fit the devices and split
      the experts (vmoe/sharding.py `resolve`);
   5. the batch sizes: each a whole number of routing groups on every device (`fit_batches`).
@@ -44,6 +45,7 @@ from vmoe import moe as moe_lib
 from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
+from vmoe.routing import allocation
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
@@ -193,15 +195,27 @@ def _check_across_sections(experiment: Experiment) -> None:
   if model.num_classes != data.num_classes:
     raise ValueError(f'model.num_classes={model.num_classes} but the data has {data.num_classes} '
                      'classes (data.num_classes); make them equal.')
-  depth = model.size.depth
-  if moe.num_experts > 0 and moe.every > depth:
-    raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
-                     f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
-                     'moe.num_experts=0 for a dense model.')
+  if moe.num_experts > 0:
+    _check_moe_fits_the_model(moe, model)
   warmup_steps, num_train_steps = experiment.schedule.warmup_steps, experiment.num_train_steps
   if warmup_steps >= num_train_steps:
     raise ValueError(f'schedule.warmup_steps={warmup_steps} must be in '
                      f'[0, num_train_steps={num_train_steps}); lower it or train longer.')
+
+
+def _check_moe_fits_the_model(moe: moe_lib.MoeConfig, model: vit.ModelConfig) -> None:
+  """MoE layers are placed in the model's blocks, and expert choice has C tokens to choose."""
+  depth = model.size.depth
+  if moe.every > depth:
+    raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
+                     f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
+                     'moe.num_experts=0 for a dense model.')
+  # Token choice fills at most k T / E <= T slots per expert (k <= E), and Soft MoE's slots are
+  # mixtures, any number of them; an expert choosing its top C tokens needs C <= T.
+  if moe.router.spec.allocation == router_names.EXPERT_CHOICE:
+    num_tokens = moe.images_per_group * model.tokens_per_image     # T of a routing group.
+    allocation.check_expert_choice_capacity(moe.router.capacity(num_tokens, moe.num_experts),
+                                            num_tokens)
 
 
 # Batch sizes that split into whole routing groups on every device: fitted, or one error.

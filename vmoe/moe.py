@@ -117,9 +117,6 @@ def buffer_dtype(compute_dtype, dispatch_dtype: str):
   'bfloat16' is V-MoE's Bfloat16Dispatcher: a sparse router's tokens travel to and from the
   experts in bfloat16, the experts compute in float32, and the weights and the combine stay
   float32 (module docstring)."""
-  if dispatch_dtype not in DISPATCH_DTYPES:
-    raise ValueError(f'unknown moe.dispatch_dtype {dispatch_dtype!r}; valid: '
-                     f'{", ".join(DISPATCH_DTYPES)}.')
   if jnp.dtype(compute_dtype) == jnp.bfloat16:
     return jnp.bfloat16
   return DISPATCH_DTYPES[dispatch_dtype]
@@ -128,8 +125,11 @@ def buffer_dtype(compute_dtype, dispatch_dtype: str):
 DISPATCH_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 EXPERT_INITS = ('shared', 'independent')
 DISPATCHES = ('indices', 'einsum')
-# The paper's capacities ("Models" subsection): c (or k) in {1, 2}.
-CAPACITIES = (1, 2)
+
+
+def images_per_routing_group(router: router_lib.RouterConfig, group_size: int) -> int:
+  """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
+  return 1 if router.spec.allocation == router_lib.SOFT else group_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +141,10 @@ class MoeConfig:
   (Soft MoE routes each image alone); dispatch: 'indices' (gather/scatter) or 'einsum' (the dense
   reference path); dispatch_dtype: the dtype of the dispatch and combine buffers under a float32
   model (`buffer_dtype`; the paper configs' 'bfloat16' is V-MoE's); expert_init: see Experts.
-  The router's capacity factor must be one of the paper's CAPACITIES. configs/common.py builds
-  `config.moe` from this class.
+  The router's capacity factor is any c > 0, or any integer k <= E for token choice (the paper
+  configs restrict their argument c to the paper's grid: configs/common.py, which builds
+  `config.moe` from this class). The checks that involve the model (placement, an expert choice
+  capacity within a routing group's tokens) are vmoe/experiment.py `parse`'s.
   """
   num_experts: int
   group_size: int
@@ -167,10 +169,6 @@ class MoeConfig:
       return
     if self.router is None:
       raise ValueError('an MoE model (moe.num_experts > 0) needs moe.router.')
-    if self.router.capacity_factor not in CAPACITIES:
-      raise ValueError(f'capacity factor c={self.router.capacity_factor:g} is not one of the '
-                       f'paper\'s {CAPACITIES}; use the config argument c=1 or c=2 '
-                       '(moe.router.capacity_factor).')
     self.router.check_num_experts(self.num_experts)
     if self.every < 1:
       raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {self.every}.')
@@ -179,8 +177,8 @@ class MoeConfig:
 
   @property
   def images_per_group(self) -> int:
-    """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
-    return 1 if self.router.spec.allocation == router_lib.SOFT else self.group_size
+    """Images routed together (`images_per_routing_group`)."""
+    return images_per_routing_group(self.router, self.group_size)
 
 
 def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
@@ -190,9 +188,6 @@ def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
   experts' initialisation is vmapped with split_rngs=False for 'params'); 'independent': each
   expert draws its own.
   """
-  if expert_init not in EXPERT_INITS:
-    raise ValueError(f'unknown moe.expert_init {expert_init!r}; valid: {", ".join(EXPERT_INITS)}.')
-
   def stacked(key, shape, dtype=jnp.float32):
     if expert_init == 'shared':
       return jnp.broadcast_to(init(key, shape[1:], dtype), shape)
@@ -267,13 +262,9 @@ class MoeMlp(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
-    if self.dispatch not in DISPATCHES:
-      raise ValueError(f'unknown moe.dispatch {self.dispatch!r}; valid: {", ".join(DISPATCHES)}.')
+    # A parsed experiment's batches are whole routing groups on every device (vmoe/experiment.py).
     batch, tokens_per_image, dim = x.shape
-    images_per_group = 1 if self.router.spec.allocation == router_lib.SOFT else self.group_size
-    if images_per_group < 1 or batch % images_per_group:
-      raise ValueError(f'the MoE group size ({images_per_group} images) must divide the batch of '
-                       f'{batch} images per device; change moe.group_size or the batch size.')
+    images_per_group = images_per_routing_group(self.router, self.group_size)
     groups = x.reshape(batch // images_per_group, images_per_group * tokens_per_image, dim)
     num_tokens = groups.shape[1]
 

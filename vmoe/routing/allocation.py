@@ -81,16 +81,23 @@ def token_choice_slots(scores: jax.Array, capacity: int, k: int) -> jax.Array:
   return slot_token[:discard].reshape(num_experts, capacity)
 
 
+def check_expert_choice_capacity(capacity: int, num_tokens: int) -> None:
+  """Each expert chooses its top C of a group's T tokens: C <= T, or fails saying what to change
+  (vmoe/experiment.py `parse` checks a config's before anything compiles)."""
+  if capacity > num_tokens:
+    raise ValueError(
+        f'expert choice needs capacity <= T={num_tokens} tokens per group, got C={capacity}; '
+        'lower the capacity factor (moe.router.capacity_factor) or route larger groups '
+        '(moe.group_size).')
+
+
 def expert_choice_slots(scores: jax.Array, capacity: int) -> jax.Array:
   """Algorithm 2 (Expert Choice) in index form: each expert's top-C tokens, (T, E) -> (E, C).
 
   Ties go to the lower token index (lax.top_k is stable), matching a scan in token order.
   """
   num_tokens, _ = _check_scores(scores, capacity)
-  if capacity > num_tokens:
-    raise ValueError(
-        f'expert choice needs capacity <= T={num_tokens} tokens per group, got C={capacity}; '
-        'lower the capacity factor or route larger groups.')
+  check_expert_choice_capacity(capacity, num_tokens)
   _, token = jax.lax.top_k(scores.T, capacity)                  # (E, C)
   return token.astype(jnp.int32)
 

@@ -162,10 +162,12 @@ class RouterConfig:
     if self.noisy_combine is None:
       object.__setattr__(self, 'noisy_combine', self.name not in CLEAN_COMBINE_ROUTERS)
     if self.capacity_factor <= 0:
-      raise ValueError(f'router {self.name}: capacity factor must be > 0, got {self.capacity_factor}.')
+      raise ValueError(f'router {self.name}: capacity factor must be > 0, got '
+                       f'{self.capacity_factor} (moe.router.capacity_factor).')
     if spec.allocation == names.TOKEN_CHOICE and int(self.capacity_factor) != self.capacity_factor:
       raise ValueError(f'router {self.name}: token choice uses capacity_factor as k, the number of '
-                       f'experts per token, which must be an integer; got {self.capacity_factor}.')
+                       f'experts per token, which must be an integer; got {self.capacity_factor} '
+                       '(moe.router.capacity_factor).')
     if self.noise_std < 0 or self.importance_loss_weight < 0 or self.load_loss_weight < 0:
       raise ValueError(f'router {self.name}: noise_std and loss weights must be >= 0.')
     if self.load_loss_weight > 0 and (spec.allocation != names.TOKEN_CHOICE or self.noise_std <= 0):
@@ -185,15 +187,15 @@ class RouterConfig:
     return ROUTERS[self.name]
 
   def check_num_experts(self, num_experts: int) -> None:
-    """Token choice selects k <= E experts per token; fails naming both otherwise."""
+    """Token choice selects k <= E experts per token; fails naming both otherwise (moe.MoeConfig
+    checks it as it is built)."""
     if self.spec.allocation == names.TOKEN_CHOICE and self.capacity_factor > num_experts:
       raise ValueError(f'router {self.name} selects k={int(self.capacity_factor)} experts per '
-                       f'token but only E={num_experts} experts exist; lower k (the config '
-                       'argument c) or raise moe.num_experts.')
+                       f'token but only E={num_experts} experts exist; lower k '
+                       '(moe.router.capacity_factor) or raise moe.num_experts.')
 
   def capacity(self, num_tokens: int, num_experts: int) -> int:
     """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens."""
-    self.check_num_experts(num_experts)
     return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor,
                                        self.capacity_rounding)
 

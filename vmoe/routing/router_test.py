@@ -86,7 +86,7 @@ def test_sparsity_solver_defaults_follow_the_capacity():
 def test_more_experts_per_token_than_experts_fails():
   config = router_lib.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
   with pytest.raises(ValueError, match='k=3 experts per token but only E=2'):
-    config.capacity(num_tokens=16, num_experts=2)
+    config.check_num_experts(num_experts=2)
 
 
 @pytest.mark.parametrize('name', sorted(router_lib.ROUTERS))
