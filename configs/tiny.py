@@ -6,7 +6,8 @@
 
 Arguments: router = one of the paper's six (softmax_tc, sinkhorn_tc, softmax_ec, sinkhorn_ec,
 sparsity_ec, soft_moe) or 'dense' (no MoE layer: the same ViT with dense MLPs); c = 1 or 2 (k for
-token choice); runlocal=True for a 2-step CI run.
+token choice), the paper's; runlocal=True for a 2-step CI run. Other capacities are an override:
+--config.moe.router.capacity_factor=1.25 (any c > 0; for token choice an integer k <= 8).
 
 Model: 'XS/7' ViT (width 64, 4 blocks, MLP 128, 4 heads) on 28x28x1 images: 16 patches of 7x7 and
 a class token, so 17 tokens per image. Blocks 1 and 3 are MoE layers (Every-2) with E = 8 experts.
