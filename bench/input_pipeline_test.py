@@ -1,6 +1,8 @@
 """The input benchmark runs end to end on a few small images (no timing assertions)."""
 import json
 
+import pytest
+
 from bench import input_pipeline
 
 
@@ -13,7 +15,13 @@ def test_tiny_run_writes_its_result(tmp_path, capsys):
   assert line['benchmark'] == 'input_pipeline' and line['randaug'] > 0 and line['no_randaug'] > 0
   saved = json.loads(out.read_text())
   assert saved['images']['num_images'] == 12
-  assert len(saved['rows']['randaug']['windows']) == 2
   assert 'randaug(2, 20)' in saved['rows']['randaug']['pp']
   assert 'randaug' not in saved['rows']['no_randaug']['pp']
   assert {'cpu_model', 'cpu_flags', 'tensorflow'} <= set(saved['machine'])
+
+
+@pytest.mark.parametrize('flag', ['--windows=0', '--warmup=-1', '--min-side=600'])
+def test_bad_flags_exit_2(flag, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    input_pipeline.main([flag])
+  assert exit_info.value.code == 2 and '--warmup >= 0' in capsys.readouterr().err

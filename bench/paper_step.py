@@ -1,21 +1,17 @@
 """The paper models' training step: B/32, B/16 and L/16 x router x dtype (a benchmark).
 
   python -m bench.paper_step --out bench/results/paper_step.json     # as `make bench`
-  python -m bench.paper_step --archs B/32 --routers dense,soft_moe --dtypes bfloat16 --rounds 3
 
-Each row is a bench/step.py Stepper of a paper config (configs/common.py get_paper_config at
-c = 1; 'dense' is the same ViT without MoE layers). dtype 'float32' is the configs' default (a
-float32 model with bfloat16 dispatch, V-MoE's); 'bfloat16' is --config.model.dtype=bfloat16.
-MoE rows add the ratios of step.add_ratios. Targets (the issue's): sparse routers within 1.15x
-the dense step, Soft MoE within 1.1x the FLOPs-scaled dense step. MFU is flops_per_image x
-images_per_second / devices over a device's peak (launch/plan.py's SLICES list accelerators').
+Each row is a bench/step.py Stepper of a paper config at c = 1 ('dense': the same ViT without MoE
+layers). dtype 'float32' is the configs' default (float32 model, bfloat16 dispatch: V-MoE's);
+'bfloat16' is --config.model.dtype=bfloat16. Targets: sparse routers within 1.15x the dense step,
+Soft MoE within 1.1x the FLOPs-scaled one. MFU is flops_per_image x images_per_second / devices
+over a device's peak (launch/plan.py's SLICES list accelerators').
 
 Defaults: on accelerators the recipe's per-device batch (4096 over the devices) and E = 32. On
-CPU 8 images (one routing group: the smallest batch the recipe routes) and E = 4 (one device's
-share of 32 on an 8-way expert mesh, without the all-to-all); L/16 with E = 32 needs ~50 GB.
-
-Each arch x dtype runs in a fresh process of its own (bench/processes.py), and a ratio compares
-rows of one process only.
+CPU 8 images (one routing group, the smallest batch the recipe routes) and E = 4 (one device's
+share of 32 on an 8-way expert mesh, without the all-to-all). Each arch x dtype runs in a fresh
+process (bench/processes.py); a ratio compares rows of one process only.
 """
 import argparse
 import sys
@@ -27,8 +23,9 @@ from bench import processes
 from bench import step
 from bench import timing
 from configs import common
+from results import paper
 
-ARCHS = ('B/32', 'B/16', 'L/16')
+ARCHS = paper.ARCHS
 ROUTERS = (step.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT)
 DTYPES = ('float32', 'bfloat16')
 TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT: ('vs_flops_scaled_dense', 1.1)}

@@ -3,14 +3,11 @@
   python -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
       --out bench/results/sparsity_solver.json                         # as `make bench`
 
-vmoe.routing.affinity.sparsity_constrained takes a fixed number of unit L-BFGS steps on the
-semi-dual, from potentials 0 ('zero') or from those of a few Sinkhorn iterations of entropic OT
-('entropic', the configs' start at c <= 1). Under vmap every group runs until the slowest is done.
-The problems: scores softmax(logits) for Gaussian logits of each --logit-stds at the routing
-shapes this project trains (SHAPES), and the recorded logits of a trained router (--logits: an
-.npz of `logits` (G, T, E) with the `run` and `step` it comes from), each at c = 1 and 2
-(C = round(c T / E)). A row: the median ms of the jitted, vmapped solve, the mean |row sum - 1|
-(the constraint the solver works on; columns are exact) and the fraction of tokens no expert took.
+affinity.sparsity_constrained takes unit L-BFGS steps on the semi-dual from potentials 0 ('zero')
+or from a few Sinkhorn iterations of entropic OT ('entropic'). A row times the jitted, vmapped
+solve on softmax(logits), Gaussian logits at SHAPES or recorded ones (--logits: an .npz of `logits`
+(G, T, E), `run` and `step`), and gives the plan's mean |row sum - 1| (columns are exact) and the
+fraction of tokens no expert took.
 """
 import argparse
 import json

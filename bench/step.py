@@ -28,10 +28,10 @@ SOFT = 'soft_moe'
 class Stepper:
   """The compiled step and update of one config, and `fields` describing its row."""
 
-  def __init__(self, config, compiler_options: dict | None = None):
+  def __init__(self, config):
     self.experiment = e = experiment_lib.parse(config)
     self.program = train_program.build(e)
-    self.compiled = self.program.compile(compiler_options)
+    self.compiled = self.program.compile()
     # The optimizer's update alone (the parameters standing in for the gradients): its cost is
     # per parameter, so it weighs on a small per-device batch and on MoE's extra expert weights.
     update = lambda state: train_lib.apply_gradients(self.program.tx, state, state.params)
@@ -81,8 +81,7 @@ class Stepper:
 def one_round(stepper, steps: int, warmup: int) -> dict:
   """One round of one stepper (the module docstring), in ms."""
   stepper.load()
-  first = timing.time_ms(stepper, warmup=0, repeats=1)
-  times = {'first_step_ms': first,
+  times = {'first_step_ms': timing.time_ms(stepper, warmup=0, repeats=1),
            'step_ms': timing.time_ms(stepper, warmup=warmup - 1, repeats=steps),
            'update_ms': timing.time_ms(stepper.update, warmup=1, repeats=steps)}
   stepper.unload()

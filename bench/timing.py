@@ -5,6 +5,7 @@ on other CPUs differ (the small per-expert matmuls of a sparse MoE layer run at 
 relative to one dense matmul with AVX-512 than without), hence `cpu_model` and `cpu_flags`.
 """
 import os
+import pathlib
 import platform
 import statistics
 import time
@@ -53,14 +54,11 @@ def cpu(cpuinfo: str) -> dict:
 
 
 def host() -> dict:
-  """The host's platform, core count, CPU model and SIMD extensions (None, [] without
-  /proc/cpuinfo)."""
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      found = cpu(f.read())
-  except OSError:
-    found = cpu('')
-  return {'platform': platform.platform(), 'cpu_count': os.cpu_count(), **found}
+  """The host's platform, core count, CPU model and SIMD extensions (None and [] where there is
+  no /proc/cpuinfo)."""
+  cpuinfo = pathlib.Path('/proc/cpuinfo')
+  text = cpuinfo.read_text(encoding='utf-8') if cpuinfo.exists() else ''
+  return {'platform': platform.platform(), 'cpu_count': os.cpu_count(), **cpu(text)}
 
 
 def machine() -> dict:

@@ -67,7 +67,8 @@ def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--routers', default=','.join(router_lib.PAPER_ROUTERS),
                       help="the grid's routers, comma-separated")
-  parser.add_argument('--capacities', default='1,2')
+  parser.add_argument('--capacities', type=lambda text: [float(c) for c in text.split(',') if c],
+                      default=[1.0, 2.0])
   parser.add_argument('--warmup', type=int, default=5, help='untimed steps a round (>= 1)')
   parser.add_argument('--rounds', type=int, default=15)
   parser.add_argument('--steps', type=int, default=10, help='timed steps a round')
@@ -80,10 +81,6 @@ def parse_args(argv):
   args.routers = [r for r in args.routers.split(',') if r]
   if not set(args.routers) <= set(router_lib.ROUTERS):
     parser.error(f'--routers: valid values are {", ".join(sorted(router_lib.ROUTERS))}')
-  try:
-    args.capacities = [float(c) for c in args.capacities.split(',') if c]
-  except ValueError:
-    parser.error('--capacities: comma-separated numbers')
   if min(args.warmup, args.rounds, args.steps, args.processes) < 1:
     parser.error('--warmup, --rounds, --steps and --processes must be >= 1')
   return args
