@@ -20,6 +20,7 @@ the save's unfinished temporary directory is never taken for a checkpoint, as ab
 import contextlib
 import dataclasses
 import gc
+import logging as std_logging
 import os
 import sys
 import types
@@ -64,6 +65,13 @@ def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManage
   """
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep, create=True,
                                          enable_async_checkpointing=config.asynchronous)
+  # A failed save's other reports of its error go to the log file, or nowhere: the error is
+  # raised to `save` or `wait_until_finished`, which report it once.
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, _FullDiskReportsToLogFile) for f in handler.filters):
+    handler.addFilter(_FullDiskReportsToLogFile())
+  if not getattr(sys.unraisablehook, 'drops_orphaned_io_reports', False):
+    sys.unraisablehook = _without_orphaned_io_reports(sys.unraisablehook)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
                                options=options, item_names=('state', 'record'))
 
@@ -84,10 +92,30 @@ def wait_until_finished(manager: ocp.CheckpointManager):
     manager.wait_until_finished()
 
 
+class _FullDiskReportsToLogFile(std_logging.Filter):
+  """orbax reports a full disk at ERROR, with a traceback, from each thread of a save (some ten
+  reports), and asyncio once more for each of its futures that held the error; orbax then raises
+  it to `save` or `wait_until_finished`, whose UserError says it once. The other reports are kept
+  for the log file at INFO, below the console's threshold (vmoe/run_log.py)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno > std_logging.INFO and (
+        (record.exc_info and errors.is_disk_full(record.exc_info[1]))
+        or ('/orbax/' in record.pathname and errors.NO_SPACE in record.getMessage())):
+      record.levelno, record.levelname = std_logging.INFO, 'INFO'
+    return True
+
+
+@contextlib.contextmanager
 def _disk_full_is_user_error(manager: ocp.CheckpointManager):
   directory = str(manager.directory)
-  return errors.disk_full_is_user_error(directory, 'saving a checkpoint',
-                                        lambda: _what_to_free(directory))
+  try:
+    with errors.disk_full_is_user_error(directory, 'saving a checkpoint',
+                                        lambda: _what_to_free(directory)):
+      yield
+  except errors.UserError:
+    gc.collect()   # The save's futures report the error when collected: now, to the log file.
+    raise
 
 
 def _what_to_free(directory: str) -> str:
@@ -166,18 +194,28 @@ def _quiet_orphaned_reads():
   one restore raised; other unraisable exceptions pass to the previous hook.
   """
   previous = sys.unraisablehook
-
-  def hook(unraisable):
-    source = unraisable.object
-    if not (isinstance(source, types.CoroutineType) and
-            '/orbax/' in source.cr_code.co_filename):
-      previous(unraisable)
-  sys.unraisablehook = hook
+  sys.unraisablehook = _without_orphaned_io_reports(previous)
   try:
     yield
   finally:
     gc.collect()      # The closed reads are reported when collected: here, under the hook.
     sys.unraisablehook = previous
+
+
+def _without_orphaned_io_reports(hook):
+  """sys.unraisablehook `hook` less the reports of orbax I/O left running after another part of
+  the same read or write failed: a closed read's coroutine (above), or TensorStore's completion
+  callback into the event loop orbax closed when a write failed ('Event loop is closed')."""
+  def without(unraisable):
+    source, error = unraisable.object, unraisable.exc_value
+    orphaned_read = (isinstance(source, types.CoroutineType)
+                     and '/orbax/' in source.cr_code.co_filename)
+    orphaned_write = (source is None and isinstance(error, RuntimeError)
+                      and str(error) == 'Event loop is closed')
+    if not (orphaned_read or orphaned_write):
+      hook(unraisable)
+  without.drops_orphaned_io_reports = True
+  return without
 
 
 def _on_any_process(flag: bool) -> bool:

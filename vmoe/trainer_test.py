@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import jax
@@ -12,8 +13,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from base import full_disk_testutil as full_disk
 from data import sources
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from vmoe import checkpointing
 from vmoe import observability
 from vmoe import run_protocol
 from vmoe import train_evals
@@ -167,17 +170,18 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   jax.tree.map(np.testing.assert_array_equal, saved_params(str(tmp_path), 40), uninterrupted)
 
 
-def run_main(workdir, overrides, log=None, cache_dir=None):
-  """main.py on the short tiny config; its output goes to a pipe, or to the file `log`. Runs
+def run_main(workdir, overrides, log=None, cache_dir=None, main=('main.py',), stderr=None):
+  """main.py (or `main`, python's arguments before the flags) on the short tiny config; its output
+  goes to a pipe, or to the file `log`, with stderr (or to a pipe of its own: stderr=PIPE). Runs
   given the same `cache_dir` share JAX's persistent compilation cache."""
-  command = [sys.executable, 'main.py', f'--config=configs/tiny.py:{SHORT[0]}',
+  command = [sys.executable, *main, f'--config=configs/tiny.py:{SHORT[0]}',
              f'--workdir={workdir}', *flags(overrides)]
   env = os.environ.copy()
   if cache_dir:
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
   return subprocess.Popen(command, cwd=REPO, env=env, stdout=log or subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+                          stderr=stderr or subprocess.STDOUT, text=True)
 
 
 def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_config, tmp_path):
@@ -229,6 +233,55 @@ def test_ctrl_c_saves_a_checkpoint_where_the_run_stands_and_exits_130(tmp_path):
   assert len(saved) <= 2 and saved[-1] == max(losses(str(tmp_path))) >= 20
   assert f'Interrupted at step {saved[-1]}: checkpoint saved' in output
   assert not (tmp_path / 'summary.json').exists()
+
+
+# main.py with orbax's array writer failing as TensorStore does on a full disk once checkpoint 10
+# is complete: the full-disk test's stand-in where it cannot mount a small file system.
+SIMULATED_FULL_DISK = textwrap.dedent('''
+    import os, runpy, sys
+    from orbax.checkpoint._src.serialization import serialization
+    from base import errors
+    workdir = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--workdir='))
+    write = serialization.async_serialize_from_host
+
+    async def full_once_step_10_is_saved(*args, **kwargs):
+      if os.path.isdir(os.path.join(workdir, 'checkpoints', '10')):
+        raise ValueError(f'RESOURCE_EXHAUSTED: Failed writing: {errors.NO_SPACE}')
+      return await write(*args, **kwargs)
+
+    serialization.async_serialize_from_host = full_once_step_10_is_saved
+    sys.argv = ['main.py', *sys.argv[1:]]
+    runpy.run_path('main.py', run_name='__main__')
+''')
+
+
+def test_a_full_disk_during_a_checkpoint_save_stops_with_one_message_and_exit_2(short_config,
+                                                                                tmp_path):
+  overrides = {**SHORT[1], 'checkpoint.every_steps': 10, 'eval.every_steps': 40}
+  checkpoints = tmp_path / 'checkpoints'
+  # A 32 MiB file system for the checkpoints (one takes some 4 MiB), filled once step 10 is saved.
+  with full_disk.small_disk(checkpoints, 32 * 2**20) as kind:
+    if kind == full_disk.TMPFS:
+      run = run_main(tmp_path, overrides, stderr=subprocess.PIPE)
+      deadline = time.time() + 300
+      while not os.path.isdir(checkpoints / '10'):     # Orbax renames it when complete.
+        assert run.poll() is None and time.time() < deadline, run.communicate()
+        time.sleep(0.01)
+      full_disk.fill(checkpoints)
+    else:
+      run = run_main(tmp_path, overrides, main=('-c', SIMULATED_FULL_DISK),
+                     stderr=subprocess.PIPE)
+    stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 2, stdout[-3000:] + stderr[-3000:]
+    assert stderr.startswith(f'Error: No space left on the disk of {checkpoints} while saving a '
+                             'checkpoint. The checkpoint of step 10 is intact and a rerun of the '
+                             'same command resumes from it: first free at least ')
+    assert len(stderr.strip().splitlines()) == 1, stderr         # That message alone.
+    program = trainer.train_program.build(short_config())
+    state, _ = checkpointing.restore_latest(
+        checkpointing.make_manager(str(tmp_path), short_config().checkpoint),
+        checkpointing.abstract_with_shardings(program.abstract_state, program.state_shardings))
+    assert int(state.step) == 10
 
 
 def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
