@@ -1,8 +1,11 @@
-"""Tests of the split cache: label index and decoded arrays saved beside the data, and reused."""
+"""Tests of the split cache: label index and decoded arrays saved beside the data, and reused;
+a full disk loses none of them."""
 import os
 
 import numpy as np
 
+from base import atomic
+from base import full_disk_testutil as full_disk
 from data import split_cache
 from data.testdata import data_config
 
@@ -58,3 +61,23 @@ def test_saved_label_index_and_decoded_split_are_readable_by_other_users(tmp_pat
   assert len(saved) == 2
   assert [p.stat().st_mode & 0o777 for p in saved] == [0o644, 0o644]
   assert not list(version_dir.glob('*.tmp'))
+
+
+def test_a_full_disk_keeps_the_decoded_split_in_memory_and_loses_nothing_written(
+    tmp_path, monkeypatch):
+  # The data_dir on an 8 MiB file system, full once the set and its label index are written
+  # (where it cannot be mounted, the writer's flush fails as on a full disk).
+  disk = tmp_path / 'disk'
+  with full_disk.small_disk(disk, 8 * 2**20) as kind:
+    source = data_config(data_dir=str(disk), cache=True).source
+    split_cache.labels(source, 'test[:41]')
+    version_dir = disk / 'sklearn_digits' / '1.0.0'
+    written = {p.name: p.read_bytes() for p in version_dir.iterdir() if p.is_file()}
+    if kind == full_disk.TMPFS:
+      full_disk.fill(disk)
+    else:
+      monkeypatch.setattr(atomic.os, 'fsync', lambda fd: (_ for _ in ()).throw(full_disk.enospc()))
+    arrays = split_cache.decoded(source, 'test[:41]', DECODE)
+    assert arrays['image'].shape[0] == 41           # In memory: the run goes on.
+    assert not list(version_dir.glob('decoded-*')) and not list(version_dir.glob('*.tmp'))
+    assert {p.name: p.read_bytes() for p in version_dir.iterdir() if p.is_file()} == written

@@ -13,6 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from base import errors
 from base import full_disk_testutil as full_disk
 from data import sources
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
@@ -282,6 +283,27 @@ def test_a_full_disk_during_a_checkpoint_save_stops_with_one_message_and_exit_2(
         checkpointing.make_manager(str(tmp_path), short_config().checkpoint),
         checkpointing.abstract_with_shardings(program.abstract_state, program.state_shardings))
     assert int(state.step) == 10
+
+
+def test_a_full_disk_while_writing_the_summary_is_one_user_error_and_loses_nothing(
+    tmp_path, monkeypatch):
+  disk = tmp_path / 'disk'
+  summary = run_protocol.RunSummary(arch='XS/7', dataset='fashion_mnist', router='dense',
+                                    capacity=None, steps=40)
+  with full_disk.small_disk(disk, 256 * 1024) as kind:
+    (disk / 'metrics.jsonl').write_text('{"step": 40, "loss": 0.5}\n')   # Written before.
+    if kind == full_disk.TMPFS:
+      full_disk.fill(disk)
+    else:
+      monkeypatch.setattr(trainer.atomic.os, 'fsync',
+                          lambda fd: (_ for _ in ()).throw(full_disk.enospc()))
+    with pytest.raises(errors.UserError, match=(
+        rf'^No space left on the disk of {disk} while writing {disk}/summary.json\. The run is '
+        r'finished and its last checkpoint \(step 40\) saved: free some space there and rerun '
+        r'the same command')):
+      trainer.write_summary(str(disk), summary)
+    assert sorted(os.listdir(disk)) == sorted(['metrics.jsonl'] + ['filler'] * (kind == full_disk.TMPFS))
+    assert losses(str(disk)) == {40: 0.5}
 
 
 def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
