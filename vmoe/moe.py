@@ -256,9 +256,6 @@ class MoeMlp(nn.Module):
   expert_init: str = 'shared'    # See Experts.
   dtype: jnp.dtype = jnp.float32
   dispatch_dtype: jnp.dtype = jnp.float32
-  # What runs the buffers (E, G, C, D), built with Experts' arguments; bench/moe_layer.py swaps
-  # in one device's experts of an expert-sharded mesh (its ExpertShard).
-  experts_class: type = Experts
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
@@ -270,9 +267,8 @@ class MoeMlp(nn.Module):
 
     route, router_metrics = router_lib.Router(self.router, self.num_experts, name='router')(
         groups, train=train)
-    experts = self.experts_class(self.num_experts, self.mlp_dim, self.dropout_rate,
-                                 self.expert_init, self.dtype, output_dtype=self.dispatch_dtype,
-                                 name='experts')
+    experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, self.expert_init,
+                      self.dtype, output_dtype=self.dispatch_dtype, name='experts')
     tokens = groups.astype(self.dispatch_dtype)    # The router above read them in float32.
     if isinstance(route, router_lib.SparseRouting) and self.dispatch == 'indices':
       outputs = experts(dispatch_by_index(tokens, route.slot_token), train=train)
