@@ -77,8 +77,8 @@ class ComposedMoe(nn.Module):
   @nn.compact
   def __call__(self, x, *, train):
     images, tokens_per_image, dim = x.shape
-    soft = self.router is not None and self.router.spec.allocation == router_lib.SOFT
-    per_group = 1 if soft else IMAGES_PER_GROUP
+    per_group = (IMAGES_PER_GROUP if self.router is None else
+                 moe.images_per_routing_group(self.router, IMAGES_PER_GROUP))
     groups = x.reshape(images // per_group, per_group * tokens_per_image, dim)
     if self.router is None:
       route, aux_loss = round_robin(*groups.shape[:2], self.num_experts), 0.0
@@ -89,7 +89,7 @@ class ComposedMoe(nn.Module):
     experts = ExpertShard(self.num_experts // self.shards, self.mlp_dim, shards=self.shards,
                           output_dtype=self.dispatch_dtype, name='experts')
     tokens = groups.astype(self.dispatch_dtype)
-    if soft:
+    if isinstance(route, router_lib.DenseRouting):
       outputs = experts(moe.dispatch_dense(tokens, route.dispatch), train=train)
       y = moe.combine_dense(outputs, route.combine)
     else:
@@ -139,10 +139,10 @@ def expert_tokens(args) -> int:
         args.group_size, args.experts, 1)
   config = router_config(SOFT if args.router == 'soft_moe_experts' else args.router,
                          args.capacity, args.experts)
-  per_image = config.spec.allocation == router_lib.SOFT
-  groups = args.groups * IMAGES_PER_GROUP if per_image else args.groups
-  tokens = args.group_size // IMAGES_PER_GROUP if per_image else args.group_size
-  return groups * args.experts * config.capacity(tokens, args.experts)
+  images = moe.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
+  tokens = args.group_size // IMAGES_PER_GROUP * images
+  return args.groups * IMAGES_PER_GROUP // images * args.experts * config.capacity(
+      tokens, args.experts)
 
 
 def layer(args) -> nn.Module:
