@@ -4,28 +4,23 @@ The experiment is a config parsed once into typed sections (vmoe/experiment.py, 
 start). Stages: (1) data and workdir checks before anything compiles, (2) the training program
 (vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
 (4) compile the step and account its cost, (5) the loop: a step, then clu periodic actions that
-log, save a checkpoint and evaluate, (6) summary.json (run_protocol.RunSummary).
+log, save a checkpoint and evaluate (vmoe/loop_actions.py), (6) summary.json
+(run_protocol.RunSummary).
 
 From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
 process (vmoe/preemption.py: before a step or an evaluation batch): the state there is saved,
 one line says so, and the process exits with run_protocol's status for it. A checkpoint holds
-the state and a RunRecord. It is saved before its step's evaluation, and a resumed run evaluates
-its first step again if the record lacks that evaluation (a stop, or a kill, came during it):
-the summary's eval_history has every evaluation once, as an uninterrupted run's.
+the state and a loop_actions.RunRecord. It is saved before its step's evaluation, and a resumed
+run evaluates its first step again if the record lacks that evaluation (a stop, or a kill, came
+during it): the summary's eval_history has every evaluation once, as an uninterrupted run's.
 """
-import contextlib
-import dataclasses
 import os
 import time
-from typing import Any, Callable
 
 from absl import logging
-from clu import metric_writers
 from clu import periodic_actions
 import jax
 from jax.experimental import multihost_utils
-import numpy as np
-import orbax.checkpoint as ocp
 
 from base import atomic
 from base import errors
@@ -35,6 +30,7 @@ from vmoe import checkpointing
 from vmoe import console
 from vmoe import experiment as experiment_lib
 from vmoe import flops
+from vmoe import loop_actions
 from vmoe import observability
 from vmoe import preemption
 from vmoe import run_protocol
@@ -44,126 +40,16 @@ from vmoe import train_program
 from vmoe import workdir as workdir_lib
 
 
-@dataclasses.dataclass
-class RunRecord:
-  """What a checkpoint holds beside the state, for a resumed run to go on exactly.
-
-  data: the training iterator's position (data/pipeline.py get_state; None before any save);
-  train_seconds: the time spent training so far (TrainClock); eval_history: every evaluation's
-  results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it).
-  The RNG keys need no record: each step's key derives from the seed and the step.
-  """
-  data: dict | None = None
-  train_seconds: float = 0.0
-  eval_history: list[dict] = dataclasses.field(default_factory=list)
-
-  def evaluated(self, step: int) -> bool:
-    return any(entry['step'] == step for entry in self.eval_history)
-
-
-class TrainClock:
-  """Seconds spent training, across resumes: logging, checkpoints and evaluations are paused out.
-  A pause first waits for the state, so that the device's work counts, not just its dispatch."""
-
-  def __init__(self, seconds: float):
-    self.seconds = seconds
-    self._since = time.perf_counter()
-
-  @contextlib.contextmanager
-  def paused(self, state):
-    jax.block_until_ready(state.params)
-    self.seconds += time.perf_counter() - self._since
-    try:
-      yield
-    finally:
-      self._since = time.perf_counter()
-
-
-def first_non_finite(pending: list):
-  """(step, value) of the first non-finite loss among [(step, loss array)], else None."""
-  for step, loss in pending:
-    value = float(jax.device_get(loss))
-    if not np.isfinite(value):
-      return step, value
-  return None
-
-
-@dataclasses.dataclass
-class Actions:
-  """What the loop does besides training steps, each a clu periodic action's callback
-  (step, t, state, metrics) that pauses the clock: log, save, evaluate; `stop` ends the run on a
-  stop request. It keeps the losses not yet checked for NaN (`pending`: they are read only at log
-  and checkpoint steps, since reading one waits for its step) and the last step saved."""
-  experiment: experiment_lib.Experiment
-  workdir: str
-  program: train_program.TrainProgram
-  train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
-  manager: ocp.CheckpointManager
-  writer: metric_writers.MetricWriter
-  evaluator: Callable               # train_evals.make_evaluator's evaluate(params, step, is_last).
-  record: RunRecord
-  clock: TrainClock
-  progress: observability.Progress
-  last_saved: int
-  pending: list = dataclasses.field(default_factory=list)
-
-  def check_losses(self):
-    bad = first_non_finite(self.pending)
-    self.pending.clear()
-    if bad is not None:
-      checkpointing.wait_until_finished(self.manager)
-      raise FloatingPointError(
-          f'loss is {bad[1]} at step {bad[0]}; stopped. The last good checkpoint (step '
-          f'{self.last_saved}) is kept in {self.workdir}/checkpoints; lower schedule.peak_lr or '
-          'optimizer.grad_clip_norm and resume from it.')
-
-  def log(self, step: int, t=None, *, state, metrics):
-    del t
-    with self.clock.paused(state):
-      self.check_losses()
-      metrics = jax.device_get(metrics)
-      self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
-      self.progress.report(step, float(metrics['loss']))
-
-  def save(self, step: int, t=None, *, state, metrics=None):
-    del t, metrics
-    with self.clock.paused(state):
-      self.check_losses()
-      self.record.data = self.train_iter.get_state()
-      self.record.train_seconds = self.clock.seconds
-      checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
-      self.last_saved = step
-
-  def evaluate(self, step: int, t=None, *, state, metrics=None):
-    del t, metrics
-    with self.clock.paused(state):
-      results = self.evaluator(state.params, step, step == self.experiment.num_train_steps)
-      self.writer.write_scalars(step, results)
-      console.say(console.evaluation(step, results))
-      self.record.eval_history.append({'step': step, **results})
-
-  def stop(self, state, stop: preemption.StopAgreement):
-    """Saves `state` unless saved already, says so in one line and exits with stop's status."""
-    step = int(state.step)
-    if step != self.last_saved:
-      self.save(step, state=state)
-    checkpointing.wait_until_finished(self.manager)
-    self.writer.flush()
-    saved = 'checkpoint saved' if step else 'nothing trained yet'
-    console.say(f'{stop.reason()} at step {step}: {saved}; rerun the same command to resume.')
-    raise SystemExit(stop.exit_status())
-
-
 def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
   """(state, RunRecord) of the newest checkpoint that reads back intact, or fresh ones."""
   restored = checkpointing.restore_latest(manager, checkpointing.abstract_with_shardings(
       program.abstract_state, program.state_shardings))
   if restored is None:
-    return program.init_state(rng), RunRecord()
+    return program.init_state(rng), loop_actions.RunRecord()
   state, record = restored
   train_iter.set_state(record['data'])
   logging.info('Resumed from step %d.', int(state.step))
-  return state, RunRecord(**record)
+  return state, loop_actions.RunRecord(**record)
 
 
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
@@ -213,10 +99,10 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
     console.say(line)
 
   # 5. The loop: a stop request is honoured before any step or evaluation batch.
-  run = Actions(e, workdir, program, train_iter, manager, writer, evaluator, record,
-                TrainClock(record.train_seconds), observability.Progress(first_step,
-                                                                         e.num_train_steps),
-                last_saved=first_step)
+  run = loop_actions.Actions(
+      e, workdir, program, train_iter, manager, writer, evaluator, record,
+      loop_actions.TrainClock(record.train_seconds),
+      observability.Progress(first_step, e.num_train_steps), last_saved=first_step)
   last = [e.num_train_steps]
   actions = [
       periodic_actions.PeriodicCallback(every_steps=e.log_every_steps, on_steps=last,
@@ -249,8 +135,8 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
   return summary
 
 
-def summarize(experiment: experiment_lib.Experiment, record: RunRecord, *, config_file: str,
-              train_seconds: float, num_params: int, flops_per_step: float,
+def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRecord, *,
+              config_file: str, train_seconds: float, num_params: int, flops_per_step: float,
               compile_seconds: float) -> run_protocol.RunSummary:
   """summary.json's record of a finished run: its identity, its last evaluation's results, every
   evaluation's precision@1, and its cost on this run's devices."""

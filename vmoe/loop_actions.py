@@ -1,0 +1,142 @@
+"""What the training loop does besides its steps, and what a checkpoint records for it.
+
+The trainer (vmoe/trainer.py) runs one training step at a time and, after each, clu periodic
+actions whose callbacks are Actions' methods: log (metrics, progress line), save (a checkpoint of
+the state and its RunRecord) and evaluate (train_evals' evaluations, appended to the record).
+They share the run's state explicitly: the RunRecord a checkpoint holds, the TrainClock that
+counts training time without them, the losses not yet checked for NaN, the last step saved. On a
+stop request (vmoe/preemption.py) `stop` saves where the run stands and exits.
+"""
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable
+
+from clu import metric_writers
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from vmoe import checkpointing
+from vmoe import console
+from vmoe import experiment as experiment_lib
+from vmoe import observability
+from vmoe import preemption
+from vmoe import train_program
+
+
+@dataclasses.dataclass
+class RunRecord:
+  """What a checkpoint holds beside the state, for a resumed run to go on exactly.
+
+  data: the training iterator's position (data/pipeline.py get_state; None before any save);
+  train_seconds: the time spent training so far (TrainClock); eval_history: every evaluation's
+  results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it).
+  The RNG keys need no record: each step's key derives from the seed and the step.
+  """
+  data: dict | None = None
+  train_seconds: float = 0.0
+  eval_history: list[dict] = dataclasses.field(default_factory=list)
+
+  def evaluated(self, step: int) -> bool:
+    """Whether the history holds an evaluation after `step`."""
+    return any(entry['step'] == step for entry in self.eval_history)
+
+
+class TrainClock:
+  """Seconds spent training, across resumes: logging, checkpoints and evaluations are paused out.
+  A pause first waits for the state, so that the device's work counts, not just its dispatch."""
+
+  def __init__(self, seconds: float):
+    self.seconds = seconds
+    self._since = time.perf_counter()
+
+  @contextlib.contextmanager
+  def paused(self, state):
+    """The block's time is not training time."""
+    jax.block_until_ready(state.params)
+    self.seconds += time.perf_counter() - self._since
+    try:
+      yield
+    finally:
+      self._since = time.perf_counter()
+
+
+def first_non_finite(pending: list):
+  """(step, value) of the first non-finite loss among [(step, loss array)], else None."""
+  for step, loss in pending:
+    value = float(jax.device_get(loss))
+    if not np.isfinite(value):
+      return step, value
+  return None
+
+
+@dataclasses.dataclass
+class Actions:
+  """What the loop does besides training steps, each a clu periodic action's callback
+  (step, t, state, metrics) that pauses the clock: log, save, evaluate; `stop` ends the run on a
+  stop request. It keeps the losses not yet checked for NaN (`pending`: they are read only at log
+  and checkpoint steps, since reading one waits for its step) and the last step saved."""
+  experiment: experiment_lib.Experiment
+  workdir: str
+  program: train_program.TrainProgram
+  train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
+  manager: ocp.CheckpointManager
+  writer: metric_writers.MetricWriter
+  evaluator: Callable               # train_evals.make_evaluator's evaluate(params, step, is_last).
+  record: RunRecord
+  clock: TrainClock
+  progress: observability.Progress
+  last_saved: int
+  pending: list = dataclasses.field(default_factory=list)
+
+  def check_losses(self):
+    """Stops the run (FloatingPointError) if a pending loss is NaN or infinite, naming the last
+    good checkpoint, once the saves under way are complete."""
+    bad = first_non_finite(self.pending)
+    self.pending.clear()
+    if bad is not None:
+      checkpointing.wait_until_finished(self.manager)
+      raise FloatingPointError(
+          f'loss is {bad[1]} at step {bad[0]}; stopped. The last good checkpoint (step '
+          f'{self.last_saved}) is kept in {self.workdir}/checkpoints; lower schedule.peak_lr or '
+          'optimizer.grad_clip_norm and resume from it.')
+
+  def log(self, step: int, t=None, *, state, metrics):
+    """Writes the step's metrics and learning rate, and the console's progress line."""
+    del t
+    with self.clock.paused(state):
+      self.check_losses()
+      metrics = jax.device_get(metrics)
+      self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
+      self.progress.report(step, float(metrics['loss']))
+
+  def save(self, step: int, t=None, *, state, metrics=None):
+    """Starts saving `state` and the record (data position, training time) in the background."""
+    del t, metrics
+    with self.clock.paused(state):
+      self.check_losses()
+      self.record.data = self.train_iter.get_state()
+      self.record.train_seconds = self.clock.seconds
+      checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
+      self.last_saved = step
+
+  def evaluate(self, step: int, t=None, *, state, metrics=None):
+    """Evaluates `state` (train_evals), writes and prints the results, adds them to the record."""
+    del t, metrics
+    with self.clock.paused(state):
+      results = self.evaluator(state.params, step, step == self.experiment.num_train_steps)
+      self.writer.write_scalars(step, results)
+      console.say(console.evaluation(step, results))
+      self.record.eval_history.append({'step': step, **results})
+
+  def stop(self, state, stop: preemption.StopAgreement):
+    """Saves `state` unless saved already, says so in one line and exits with stop's status."""
+    step = int(state.step)
+    if step != self.last_saved:
+      self.save(step, state=state)
+    checkpointing.wait_until_finished(self.manager)
+    self.writer.flush()
+    saved = 'checkpoint saved' if step else 'nothing trained yet'
+    console.say(f'{stop.reason()} at step {step}: {saved}; rerun the same command to resume.')
+    raise SystemExit(stop.exit_status())
