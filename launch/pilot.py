@@ -28,6 +28,7 @@ from base import atomic
 from base import stats
 from launch import sweep
 from results import summaries
+from vmoe import run_protocol
 
 MOE_ROUTER = 'softmax_tc'     # V-MoE's default router; fixed before the pilot ran.
 # The full study's grid on the tiny config: dense, 6 routers x 2 capacities, 2 ablation runs.
@@ -49,6 +50,9 @@ class Regime:
   steps: int
   overrides: tuple[str, ...] = ()
   eval_every: int = 500
+  # A regime whose overrides change only the MoE layers (moe.*) shares its dense runs with the
+  # regime named here, which trains the same dense model; only its MoE runs are trained.
+  dense_from: str | None = None
 
   def arguments(self) -> list[str]:
     return [f'--config.num_train_steps={self.steps}',
@@ -74,10 +78,10 @@ REGIMES = {r.name: r for r in [
     # Stage B, fixed after long3000's margin (+0.09, 1.3 s.e.) and before any other result:
     # more experts (the paper's E = 32) give MoE more parameters at the same cost per token.
     Regime('e32_3000', 'no augmentation, E = 32 experts', 3000,
-           ('--config.moe.num_experts=32',), eval_every=1000),
+           ('--config.moe.num_experts=32',), eval_every=1000, dense_from='long3000'),
     Regime('e32_crop_flip3000', 'inception_crop(28, area 50-100%), flip, E = 32 experts', 3000,
            (_augment('inception_crop(28, area_min=50)|flip_lr'), '--config.moe.num_experts=32'),
-           eval_every=1000),
+           eval_every=1000, dense_from='crop_flip3000'),
 ]}
 
 
@@ -85,11 +89,14 @@ def run(regimes: Sequence[Regime], root: str, seeds: int, jobs: int, python: str
   """Trains dense and MOE_ROUTER (c = 1) for each regime and seed; resumable."""
   status = 0
   for regime in regimes:
-    runs = sweep.make_grid('tiny', seeds, routers=[sweep.DENSE, MOE_ROUTER], capacities=[1])
+    routers = [MOE_ROUTER] if regime.dense_from else [sweep.DENSE, MOE_ROUTER]
+    runs = sweep.make_grid('tiny', seeds, routers=routers, capacities=[1])
     command = lambda r, workdir: sweep.main_py_command(r, workdir, python) + regime.arguments()
     print(f'== regime {regime.name}: {regime.knobs}, {regime.steps} steps', flush=True)
-    status = max(status, sweep.run_sweep(runs, os.path.join(root, regime.name), command,
-                                         jobs=jobs))
+    result = sweep.run_sweep(runs, os.path.join(root, regime.name), command, jobs=jobs)
+    if result == run_protocol.INTERRUPTED:
+      return result            # Ctrl-C or a stopped trainer: no further regime starts.
+    status = max(status, result)
   return status
 
 
@@ -133,22 +140,30 @@ def rows(root: str) -> tuple[list[Row], list[str]]:
   """A Row per regime directory under root, in REGIMES order; and the problems found."""
   found, problems = [], []
   for name, regime in REGIMES.items():
-    directory = os.path.join(root, name)
-    if not os.path.isdir(directory):
+    if not os.path.isdir(os.path.join(root, name)):
       continue
-    runs, bad = summaries.load_runs(directory)
-    grouped, differ = summaries.group_seeds(runs)
-    problems += bad + differ
-    by_router = {key[2]: group for key, group in grouped.items()}
+    moe, moe_walls = _router_runs(root, name, MOE_ROUTER, problems)
+    dense, dense_walls = _router_runs(root, regime.dense_from or name, sweep.DENSE, problems)
+    walls = moe_walls + dense_walls
     prec = lambda r: r.get('upstream_prec1')
-    walls = [_wall_seconds(os.path.dirname(r.path)) for r in runs]
-    walls = [w for w in walls if w is not None]
-    found.append(Row(regime,
-                     summaries.stat_of(by_router.get(sweep.DENSE, []), prec),
-                     summaries.stat_of(by_router.get(MOE_ROUTER, []), prec),
+    found.append(Row(regime, summaries.stat_of(dense, prec), summaries.stat_of(moe, prec),
                      sum(w[0] for w in walls) / len(walls) if walls else None,
                      max(w[1] for w in walls) if walls else None))
   return found, problems
+
+
+def _router_runs(root: str, regime: str, router: str, problems: list[str]):
+  """The finished runs of `router` in ROOT/REGIME (seeds grouped), and their (wall, jobs)."""
+  directory = os.path.join(root, regime)
+  if not os.path.isdir(directory):
+    problems.append(f'{directory}: missing (the dense runs of a regime that shares them).')
+    return [], []
+  runs, bad = summaries.load_runs(directory)
+  grouped, differ = summaries.group_seeds(r for r in runs if r.key[2] == router)
+  problems += bad + differ
+  kept = [r for group in grouped.values() for r in group]
+  walls = [_wall_seconds(os.path.dirname(r.path)) for r in kept]
+  return kept, [w for w in walls if w is not None]
 
 
 def _wall_seconds(workdir: str) -> tuple[float, int] | None:

@@ -94,3 +94,16 @@ def test_choose_takes_the_cheapest_regime_where_moe_clears_two_standard_errors()
   assert best.regime.name == 'small' and 'no affordable regime shows MoE above dense' in why
   # Fewer than 3 seeds do not count.
   assert pilot.choose([_row('two', 1500, [0.8, 0.81], [0.9, 0.91])])[0] is None
+
+
+def test_a_regime_that_changes_only_the_moe_layers_shares_its_dense_runs(tmp_path):
+  root = str(tmp_path)
+  for seed, (d, m) in enumerate([(0.80, 0.85), (0.82, 0.86), (0.84, 0.87)]):
+    suffix = f'_s{seed}' if seed else ''
+    _write_run(root, 'long3000', 'dense' + suffix, 'dense', seed, d)
+    _write_run(root, 'e32_3000', 'softmax_tc_c1' + suffix, 'softmax_tc', seed, m + 0.01)
+  found, problems = pilot.rows(root)
+  assert problems == []
+  e32 = next(r for r in found if r.regime.name == 'e32_3000')
+  assert e32.dense.mean == pytest.approx(0.82) and e32.moe.mean == pytest.approx(0.87)
+  assert pilot.REGIMES['e32_3000'].dense_from == 'long3000'
