@@ -4,8 +4,8 @@ An order is a pure function of its arguments, so a stream can start at any posit
 replaying the ones before it (data/pipeline.py states the contract this implements):
   EpochOrder  endless epochs over a host's shard, each in an order drawn from (seed, host, epoch);
               seed position = stream position.
-  OnePass     a fixed list of records read once, padded with masked repeats; seed position =
-              record index.
+  OnePass     a fixed list of records read once (eval and few-shot pad it with masked repeats:
+              `padded`); seed position = record index.
 Both give `slots(start)`, the (seed position, record index) elements from stream position `start`
 on, for data/reader.py, and `slot(k)` for the k-th alone; `masks(start)` the float32 'mask' of
 each element, or None when every element is real.
