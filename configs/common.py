@@ -249,7 +249,8 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   # Paper "Models": E = 32 experts, Every-2; V-MoE: groups of 8 images (min batch per device).
   config.moe = moe_config(router, arg.c, num_experts=32, group_size=8)
   # V-MoE i21k: dispatcher.bfloat16 = True (its Bfloat16Dispatcher; the Soft MoE router always
-  # wraps it): tokens go to and from the experts in bfloat16 around a float32 model. Full
+  # wraps it): tokens enter the dispatch in bfloat16 and the combine weights and sums stay
+  # float32 (Soft MoE's float32 dispatch weights make its buffers float32; vmoe/moe.py). Full
   # bfloat16 compute is --config.model.dtype=bfloat16 (vit.ModelConfig).
   config.moe.dispatch_dtype = 'bfloat16'
   config.data = _imagenet21k_data(image_size)

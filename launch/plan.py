@@ -70,7 +70,7 @@ from launch import tpu_compiler   # pylint: disable=wrong-import-position
 from results import paper   # pylint: disable=wrong-import-position
 from vmoe import experiment as experiment_lib   # pylint: disable=wrong-import-position
 from vmoe import flops   # pylint: disable=wrong-import-position
-from vmoe import setup as setup_lib   # pylint: disable=wrong-import-position
+from vmoe import train_program   # pylint: disable=wrong-import-position
 from vmoe import sharding   # pylint: disable=wrong-import-position
 from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
 
@@ -127,7 +127,7 @@ def measure(config, devices) -> dict:
   devices of a topology); the per-device counters."""
   experiment = experiment_lib.parse(config, num_devices=len(devices))   # Resolves the mesh.
   data, expert = experiment.mesh.data, experiment.mesh.expert
-  setup = setup_lib.build(experiment, sharding.make_mesh(experiment.mesh, devices))
+  setup = train_program.build(experiment, sharding.make_mesh(experiment.mesh, devices))
   state, state_shardings = setup.abstract_state, setup.state_shardings
   start = time.process_time()
   compiled = setup.compile(fast_compile.OPTIONS if devices[0].platform == 'cpu' else None)

@@ -35,7 +35,7 @@ import optax
 import pytest
 
 from vmoe import experiment as experiment_lib
-from vmoe import setup as setup_lib
+from vmoe import train_program
 from vmoe import sharding
 from vmoe.routing import router as router_lib
 
@@ -100,7 +100,7 @@ def collectives(hlo_text: str) -> dict:
   return found
 
 
-def compile_step(setup: setup_lib.Setup):
+def compile_step(setup: train_program.TrainProgram):
   """The trainer's step of a setup compiled for its mesh: run(state, batch, rng) -> (state,
   metrics) on host trees, and the compiled executable."""
   compiled = setup.compile()
@@ -175,9 +175,9 @@ def compare(key: str, experiment: experiment_lib.Experiment) -> dict:
   Every step starts both meshes from the same state (the 1-device state of the step before), so
   each comparison measures one step's rounding and differences do not compound.
   """
-  setup_1 = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+  setup_1 = train_program.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
                                                            jax.devices()[:1]))
-  setup_8 = setup_lib.build(experiment)      # experiment.mesh: data=2 x expert=4.
+  setup_8 = train_program.build(experiment)      # experiment.mesh: data=2 x expert=4.
   rng = np.random.default_rng(0)
   shape = (experiment.batch_size,) + experiment.model.image_shape
   batch = {'image': rng.uniform(-1, 1, shape).astype(np.float32),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vmoe import moe
-from vmoe import setup as setup_lib
+from vmoe import train_program
 from vmoe import sharding
 from vmoe import train_step as train_lib
 from vmoe import vit
@@ -47,7 +47,7 @@ def learnable_batches(num_steps: int, seed: int = 0):
 
 def train_losses(experiment, num_steps: int) -> np.ndarray:
   """The per-step training losses of `experiment` from its seed, through the one setup path."""
-  setup = setup_lib.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+  setup = train_program.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
                                                          jax.devices()[:1]))
   state = setup.init_state(jax.random.PRNGKey(experiment.seed))
   compiled = setup.compile()

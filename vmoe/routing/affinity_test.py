@@ -143,8 +143,7 @@ def test_sparsity_constrained_solver_balances_tokens():
 def test_sparsity_constrained_balances_nearly_uniform_scores():
   # A router at initialisation: logits of std 0.01, so all scores are within ~0.003 of 1/E. An
   # unscaled first L-BFGS step (norm 1) jumps every token over every threshold: before the step
-  # scale, 10 steps never left alpha = 0 here (row error 0.500 at 0 and 10 steps). The line
-  # searches' version of this test: bench/linesearch_solver_test.py.
+  # scale, 10 steps never left alpha = 0 here (row error 0.500 at 0 and 10 steps).
   scores = jax.nn.softmax(0.01 * random_logits(8, 272, 8, 1.0))
   row_error = lambda plan: float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1)))
   start = affinity.sparsity_constrained(scores, 34, num_steps=0)
