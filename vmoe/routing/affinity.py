@@ -142,7 +142,7 @@ def _entropic_potentials(scores_t, num_iters):
   of that assignment, which entropic OT with a small temperature approximates: Sinkhorn on S / eps
   (rows 1, columns T/E) with eps = WARM_START_TEMPERATURE * std(S), and alpha = -eps f for its
   token potentials f. Iterated in the scaling domain (two matrix-vector products per iteration
-  instead of two logsumexps: 7x faster on this CPU) on K = exp((S - max_e S) / eps), whose
+  instead of two logsumexps, the cheaper form on a CPU) on K = exp((S - max_e S) / eps), whose
   largest entry per token is 1, so no token's sum vanishes. Returns (alpha, usable): a
   non-finite result (an expert far below every token) is replaced by 0 and usable is False, which
   the solver reports as a fallback.
