@@ -103,7 +103,7 @@ def main(argv=None):
       'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
-                f'{args.warmup} untimed windows; data.pipeline.PARALLEL_CALLS parallel map '
+                f'{args.warmup} untimed windows; data.reader.PARALLEL_CALLS parallel map '
                 'calls, tf.data autotuning off',
       'machine': {**timing.host(), 'tensorflow': tf.__version__},
   }

@@ -137,8 +137,8 @@ WARM_START_STEP = 0.1
 def _entropic_potentials(scores_t, num_iters):
   """Starting potentials alpha (T,) for the semi-dual: the token potentials of entropic OT.
 
-  When E*C <= T the sparse plan is nearly an assignment (measured at T=272, E=8, C=34: 270-272
-  of the optimum's 272 rows hold a single entry, of 0.99-1.01), and its potentials are the prices
+  When E*C <= T the sparse plan is nearly an assignment (almost every row of the optimum holds a
+  single entry near 1 at the tiny study's T=272, E=8, C=34), and its potentials are the prices
   of that assignment, which entropic OT with a small temperature approximates: Sinkhorn on S / eps
   (rows 1, columns T/E) with eps = WARM_START_TEMPERATURE * std(S), and alpha = -eps f for its
   token potentials f. Iterated in the scaling domain (two matrix-vector products per iteration
