@@ -83,17 +83,21 @@ def _row(name, steps, dense, moe):
 
 
 def test_choose_takes_the_cheapest_regime_where_moe_clears_two_standard_errors():
-  flat = _row('flat', 1500, [0.80, 0.81, 0.82], [0.80, 0.81, 0.82])          # margin 0.
-  clear = _row('clear', 3000, [0.80, 0.81, 0.82], [0.83, 0.84, 0.85])        # +3, s.e. 0.82.
-  clearer = _row('clearer', 3000, [0.80, 0.81, 0.82], [0.85, 0.86, 0.87])    # +5, same s.e.
-  too_long = _row('too_long', 6000, [0.80, 0.80, 0.80], [0.90, 0.91, 0.92])  # Over budget.
-  best, why = pilot.choose([flat, clear, clearer, too_long])
+  dense = [0.800, 0.801, 0.802]                                             # sd 0.1 points.
+  flat = _row('flat', 1500, dense, dense)                                   # margin 0.
+  clear = _row('clear', 3000, dense, [0.803, 0.804, 0.805])                 # +0.3, s.e. 0.08.
+  clearer = _row('clearer', 3000, dense, [0.805, 0.806, 0.807])             # +0.5, same s.e.
+  too_long = _row('too_long', 6000, dense, [0.90, 0.901, 0.902])            # Over budget.
+  # +10 points, but seeds 3 points apart: 2 (2 x 4.0 / 0.5)^2 = 523 seeds > 63 / 15.
+  noisy = _row('noisy', 1500, [0.70, 0.75, 0.78], [0.80, 0.85, 0.88])
+  assert pilot.STUDY_MAX_RUNS == 63 and not pilot.affordable(noisy) and pilot.affordable(clear)
+  best, why = pilot.choose([flat, clear, clearer, too_long, noisy])
   assert best is clearer and why.startswith('clearer: the cheapest affordable regime')
   # None clears 2 s.e.: the largest margin / s.e. among the affordable ones, said as such.
-  best, why = pilot.choose([flat, _row('small', 3000, [0.80, 0.81, 0.82], [0.81, 0.82, 0.83])])
+  best, why = pilot.choose([flat, _row('small', 3000, dense, [0.8008, 0.8018, 0.8028])])
   assert best.regime.name == 'small' and 'no affordable regime shows MoE above dense' in why
   # Fewer than 3 seeds do not count.
-  assert pilot.choose([_row('two', 1500, [0.8, 0.81], [0.9, 0.91])])[0] is None
+  assert pilot.choose([_row('two', 1500, [0.8, 0.801], [0.9, 0.901])])[0] is None
 
 
 def test_a_regime_that_changes_only_the_moe_layers_shares_its_dense_runs(tmp_path):
