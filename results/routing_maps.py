@@ -119,8 +119,10 @@ def draw(images: np.ndarray, rows: Sequence[tuple[str, LayerRouting]], patch: in
   """The figure: the images on top, then one row per (title, layer routing)."""
   shown = min(IMAGES, images.shape[0])
   colors = plt.get_cmap('tab10' if num_experts <= 10 else 'tab20').colors
-  fig, axes = plt.subplots(len(rows) + 1, shown, figsize=(1.1 * shown, 1.15 * (len(rows) + 1)),
-                           squeeze=False)
+  height = 0.9 * (len(rows) + 1) + 0.6          # Square cells, a title above, a legend below.
+  fig, axes = plt.subplots(len(rows) + 1, shown, figsize=(0.9 * shown, height), squeeze=False)
+  fig.subplots_adjust(left=0, right=1, top=1 - 0.35 / height, bottom=0.25 / height, wspace=0.06,
+                      hspace=0.06)
   side = images.shape[1] // patch
   for i in range(shown):
     axes[0][i].imshow(images[i, ..., 0], cmap='gray')
@@ -150,9 +152,9 @@ def draw(images: np.ndarray, rows: Sequence[tuple[str, LayerRouting]], patch: in
                            label=f'expert {e}') for e in range(num_experts)]
   handles.append(plt.Line2D([], [], color='red', marker='x', ls='', label='no expert'))
   fig.legend(handles=handles, loc='lower center', ncol=min(len(handles), 9), frameon=False,
-             fontsize=7, bbox_to_anchor=(0.5, -0.02))
+             fontsize=7, bbox_to_anchor=(0.5, 0))
   fig.suptitle('Expert of each patch (Soft MoE: of its largest dispatch weight, opacity = weight)',
-               fontsize=9)
+               fontsize=9, y=1 - 0.1 / height)
   buffer = io.BytesIO()
   fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
   plt.close(fig)
