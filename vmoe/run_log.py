@@ -15,6 +15,7 @@ dropped through TF_CPP_MIN_LOG_LEVEL=1 unless the user set it (TF_CPP_MIN_LOG_LE
 """
 import contextlib
 import io
+import logging as std_logging
 import os
 import sys
 
@@ -62,6 +63,10 @@ def to_workdir(workdir: str) -> str | None:
   if isinstance(held, io.StringIO):
     log_file.write(held.getvalue())
     log_file.flush()
+  # A record that comes after logging's shutdown has closed the file (asyncio reporting, as the
+  # process exits, a future of a checkpoint save that a full disk failed) is dropped: logging
+  # would print "--- Logging error ---" and a traceback to stderr, after a user error's one line.
+  std_logging.raiseExceptions = False
   return path
 
 
