@@ -5,6 +5,13 @@ flags (base/fast_compile.py), a good trade for tests. Every comparison in a test
 under the same flags, and subprocesses that tests start inherit them. Benchmarks run as their own
 processes (python -m bench.NAME) and do not see them.
 
+The session also shares one JAX persistent compilation cache, in a fresh directory: many tests
+and their main.py subprocesses compile the same programs (the tiny config's step and
+evaluations), and each program then compiles once per session. A cache hit is the executable
+that the first compile wrote, under the same flags (part of the cache key), so runs that a test
+compares bit for bit stay comparable. Every entry is kept (no minimum compile time): under the
+fast-compile flags most programs compile in under the default second.
+
 The `hard_deadline` fixture is base/watchdog.py's backstop for tests of background threads;
 `once_per_session` shares a costly result among the session's pytest-xdist workers;
 `tiny_experiment` builds configs/tiny.py's record for the end-to-end tests under vmoe/, which do
@@ -14,6 +21,8 @@ import fcntl
 import functools
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -23,11 +32,23 @@ from base import watchdog
 
 os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {fast_compile.as_xla_flags()}'.strip()
 _STDERR = []   # A copy of the session's real stderr, made before pytest captures it.
+# The session's compilation cache: made by the process pytest started, before any jax import;
+# pytest-xdist's workers and every subprocess inherit the environment.
+_OWN_CACHE = not os.environ.get('PYTEST_XDIST_WORKER')
+if _OWN_CACHE:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vmoe-test-jax-cache-')
+  os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
 
 
 def pytest_configure(config):
   del config
   _STDERR.append(os.dup(2))
+
+
+def pytest_unconfigure(config):
+  del config
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
 @pytest.fixture

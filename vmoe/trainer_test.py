@@ -25,23 +25,27 @@ from vmoe import train_step as train_lib
 from vmoe import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A short run: 16-image batches (one routing group), upstream eval on 64 test images, few-shot on
-# digits only, with one seed.
+# A short run: 16-image batches (one routing group), upstream eval on 64 test images, few-shot
+# with one seed.
 SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_every_steps': 1,
                                'schedule.warmup_steps': 5, 'eval.every_steps': 20,
                                'eval.batch_size': 16, 'data.eval_split': 'test[:64]',
                                'data.train_split': 'train[:4096]',
                                'fewshot.batch_size': 16, 'fewshot.seeds': 1,
                                'checkpoint.every_steps': 10, 'wandb.mode': 'disabled'}]
+# Few-shot sets of a main.py run that reaches the end: 200 test images each (digits has 797,
+# Fashion-MNIST 10,000), from the config's shot splits or the first 200 Fashion-MNIST images.
+SMALL_FEWSHOT = {'fewshot.datasets.digits': "('train', 'test[:200]')",
+                 'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
 
 
 @pytest.fixture
 def short_config(tiny_experiment):
   """short_config(router='softmax_ec', **overrides): the short run's record, configs/tiny.py with
-  SHORT's overrides and few-shot on digits (tiny_experiment is conftest.py's)."""
+  SHORT's overrides and few-shot on 200 digits (tiny_experiment is conftest.py's)."""
   def build(router='softmax_ec', **overrides):
     return tiny_experiment(f'router={router}', {
-        **SHORT[1], 'fewshot.datasets': {'digits': ('train', 'test')}, **overrides})
+        **SHORT[1], 'fewshot.datasets': {'digits': ('train', 'test[:200]')}, **overrides})
   return build
 
 
@@ -171,24 +175,19 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   jax.tree.map(np.testing.assert_array_equal, saved_params(str(tmp_path), 40), uninterrupted)
 
 
-def run_main(workdir, overrides, log=None, cache_dir=None, main=('main.py',), stderr=None):
+def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
   """main.py (or `main`, python's arguments before the flags) on the short tiny config; its output
   goes to a pipe, or to the file `log`, with stderr (or to a pipe of its own: stderr=PIPE). Runs
-  given the same `cache_dir` share JAX's persistent compilation cache."""
+  share the session's persistent compilation cache (conftest.py) through the environment."""
   command = [sys.executable, *main, f'--config=configs/tiny.py:{SHORT[0]}',
              f'--workdir={workdir}', *flags(overrides)]
-  env = os.environ.copy()
-  if cache_dir:
-    env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
-  return subprocess.Popen(command, cwd=REPO, env=env, stdout=log or subprocess.PIPE,
+  return subprocess.Popen(command, cwd=REPO, stdout=log or subprocess.PIPE,
                           stderr=stderr or subprocess.STDOUT, text=True)
 
 
 def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_config, tmp_path):
   overrides = {**SHORT[1], 'num_train_steps': 120, 'eval.every_steps': 120,
-               'eval.batch_size': 64, 'checkpoint.every_steps': 40,
-               'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
+               'eval.batch_size': 64, 'checkpoint.every_steps': 40, **SMALL_FEWSHOT}
   killed, whole = tmp_path / 'killed', tmp_path / 'whole'
   # The uninterrupted run goes on beside the killed one (start-up and compiles are mostly one
   # core's work): XLA's results do not depend on what else the machine runs. The data sets are
@@ -198,8 +197,8 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short
   logs = {name: tmp_path / f'{name}.log' for name in ('killed', 'whole')}
   with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
        open(logs['killed'], 'w', encoding='utf-8') as killed_log:   # Pipes could fill up.
-    uninterrupted_run = run_main(whole, overrides, whole_log, tmp_path / 'cache')
-    run = run_main(killed, overrides, killed_log, tmp_path / 'cache')
+    uninterrupted_run = run_main(whole, overrides, whole_log)
+    run = run_main(killed, overrides, killed_log)
   deadline = time.time() + 300
   while not os.path.isdir(killed / 'checkpoints' / '40'):      # Orbax renames it when complete.
     assert run.poll() is None and time.time() < deadline, logs['killed'].read_text()[-3000:]
@@ -209,7 +208,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short
   killed_at = max(losses(str(killed)))
   assert run.returncode == -signal.SIGKILL and 40 <= killed_at < 120
   # The resumed run loads its compiled functions from the cache the first two filled.
-  output = run_main(killed, overrides, cache_dir=tmp_path / 'cache').communicate()[0]
+  output = run_main(killed, overrides).communicate()[0]
   assert os.path.exists(killed / 'summary.json'), output[-3000:]
   uninterrupted_run.wait()
   assert os.path.exists(whole / 'summary.json'), logs['whole'].read_text()[-3000:]
@@ -311,8 +310,7 @@ def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
   """40 steps with an evaluation, few-shot, two checkpoints and wandb offline (the default, whose
   banners are to be silenced): header, progress, evaluation and summary only, under 40 lines."""
   overrides = {**SHORT[1], 'log_every_steps': 10, 'eval.every_steps': 40,
-               'checkpoint.every_steps': 20, 'wandb.mode': 'offline',
-               'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:64]')"}
+               'checkpoint.every_steps': 20, 'wandb.mode': 'offline', **SMALL_FEWSHOT}
   run = run_main(tmp_path, overrides)
   output = run.communicate(timeout=300)[0]
   lines = output.splitlines()
