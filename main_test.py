@@ -60,8 +60,11 @@ def cases(tmp: str) -> dict:
       'workdir_of_another_config': ([*tiny, f'--workdir={other_config}'], {}),
       'unwritable_workdir': ([*tiny, f'--workdir={os.path.join(a_file, "run")}'], {}),
       'corrupt_checkpoint': ([*tiny, f'--workdir={corrupt}'], {}),
-      # Short evaluations too: 512 test images (one 8-device batch), one few-shot seed.
+      # Short evaluations too: 512 test images (one 8-device batch) upstream and in each few-shot
+      # set (digits has 797, Fashion-MNIST 10,000), one few-shot seed.
       'mesh_expert_8': ([*tiny, '--config.mesh.expert=8', '--config.data.eval_split=test[:512]',
+                         "--config.fewshot.datasets.digits=('train', 'test[:512]')",
+                         "--config.fewshot.datasets.fashion_mnist=('train', 'test[:512]')",
                          '--config.fewshot.seeds=1'], eight_devices),
   }
 
