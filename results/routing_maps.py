@@ -87,8 +87,9 @@ def route_images(workdir: str, images: np.ndarray) -> list[LayerRouting]:
   newest checkpoint of the run in `workdir`."""
   experiment = recorded_experiment(workdir)
   steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, CHECKPOINTS)) if s.isdigit())
+  # Orbax restores from absolute paths only; make demo passes a relative --runs.
   state = ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, CHECKPOINTS, str(steps[-1]), 'state'))
+      os.path.abspath(os.path.join(workdir, CHECKPOINTS, str(steps[-1]), 'state')))
   model = vit.build_model(experiment.model, experiment.moe)
   _, captured = model.apply(
       {'params': state['params']}, images, train=False,

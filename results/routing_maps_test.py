@@ -1,5 +1,8 @@
-"""Tests of the routing maps: each token's expert, hand-worked."""
+"""Tests of the routing maps: each token's expert, hand-worked; the checkpoint path orbax gets."""
+import os
+
 import numpy as np
+import pytest
 
 from results import routing_maps
 from vmoe.routing import router as router_lib
@@ -26,3 +29,22 @@ def test_soft_routing_gives_each_token_the_expert_of_its_largest_dispatch_weight
   expert, weight = routing_maps.token_experts(route, images=1, tokens_per_image=2)
   np.testing.assert_array_equal(expert, [[0, 0]])      # 0.9 at (0, 0); 0.8 at (0, 1).
   np.testing.assert_allclose(weight, [[0.9, 0.8]])
+
+
+def test_a_relative_runs_directory_restores_from_an_absolute_path(tmp_path, monkeypatch):
+  # make demo passes --runs workdirs/demo/tiny; orbax refuses a relative checkpoint path.
+  (tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS / '3000').mkdir(parents=True)
+  monkeypatch.chdir(tmp_path)
+  restored = []
+
+  class Checkpointer:
+    def restore(self, path):
+      restored.append(path)
+      raise RuntimeError('restored')
+
+  monkeypatch.setattr(routing_maps, 'recorded_experiment', lambda workdir: None)
+  monkeypatch.setattr(routing_maps.ocp, 'StandardCheckpointer', Checkpointer)
+  with pytest.raises(RuntimeError, match='restored'):
+    routing_maps.route_images(os.path.join('runs', 'a_run'), np.zeros((1, 28, 28, 1)))
+  checkpoint = tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS / '3000' / 'state'
+  assert restored == [str(checkpoint)]
