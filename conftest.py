@@ -19,6 +19,7 @@ not import configs/ (imports go configs -> vmoe, never back).
 """
 import fcntl
 import functools
+import glob
 import json
 import os
 import shutil
@@ -35,8 +36,35 @@ _STDERR = []   # A copy of the session's real stderr, made before pytest capture
 # The session's compilation cache: made by the process pytest started, before any jax import;
 # pytest-xdist's workers and every subprocess inherit the environment.
 _OWN_CACHE = not os.environ.get('PYTEST_XDIST_WORKER')
+_CACHE_PREFIX = 'vmoe-test-jax-cache-'
+
+
+def _fresh_cache_dir() -> str:
+  """TMPDIR/vmoe-test-jax-cache-PID, emptied; the caches of sessions whose process is gone
+  (killed before pytest_unconfigure removed theirs) are removed first."""
+  root = tempfile.gettempdir()
+  for stale in glob.glob(os.path.join(root, f'{_CACHE_PREFIX}*')):
+    pid = stale[len(os.path.join(root, _CACHE_PREFIX)):]
+    if not (pid.isdigit() and _alive(int(pid))):
+      shutil.rmtree(stale, ignore_errors=True)
+  path = os.path.join(root, f'{_CACHE_PREFIX}{os.getpid()}')
+  shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(path)
+  return path
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:      # Another user's process.
+    return True
+  return True
+
+
 if _OWN_CACHE:
-  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vmoe-test-jax-cache-')
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _fresh_cache_dir()
   os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
 
 

@@ -28,16 +28,17 @@ import matplotlib
 matplotlib.use('Agg')   # Files only.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from base import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data import embedded  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import experiment as experiment_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import run_protocol  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe import vit  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import train_program  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 IMAGES = 8
@@ -84,23 +85,31 @@ def token_experts(route, images: int, tokens_per_image: int) -> tuple[np.ndarray
 
 def route_images(workdir: str, images: np.ndarray) -> list[LayerRouting]:
   """Every MoE layer's routing of `images` ((B, H, W, C) in the model's input range) by the
-  newest checkpoint of the run in `workdir`."""
-  experiment = recorded_experiment(workdir)
-  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, CHECKPOINTS)) if s.isdigit())
-  # Orbax restores from absolute paths only; make demo passes a relative --runs.
-  state = ocp.StandardCheckpointer().restore(
-      os.path.abspath(os.path.join(workdir, CHECKPOINTS, str(steps[-1]), 'state')))
-  model = vit.build_model(experiment.model, experiment.moe)
-  _, captured = model.apply(
-      {'params': state['params']}, images, train=False,
-      capture_intermediates=lambda module, _: isinstance(module, router_lib.Router),
-      mutable=['intermediates'])
+  newest intact checkpoint of the run in `workdir` (read as a resumed run would, moving nothing)."""
+  program = train_program.build(recorded_experiment(workdir))
+  restored = checkpointing.read_latest(workdir, checkpointing.abstract_with_shardings(
+      program.abstract_state, program.state_shardings))
+  if restored is None:
+    raise errors.UserError(f'No checkpoint in {workdir} reads back intact; rerun its training.')
+  _, state, _ = restored
   layers = []
-  for block, tree in sorted(captured['intermediates'].items()):
-    route, _ = tree['moe']['router']['__call__'][0]
-    expert, weight = token_experts(route, images.shape[0], route_tokens_per_image(model, images))
+  for block, route in routes(program.model, state.params, images).items():
+    expert, weight = token_experts(route, images.shape[0],
+                                   route_tokens_per_image(program.model, images))
     layers.append(LayerRouting(block, expert, weight))
   return layers
+
+
+def routes(model, params, images: np.ndarray) -> dict:
+  """{block name: its router's routing of `images`} of `model` with `params`, in block order."""
+  @jax.jit
+  def apply(params, images):
+    _, captured = model.apply(
+        {'params': params}, images, train=False, mutable=['intermediates'],
+        capture_intermediates=lambda module, _: isinstance(module, router_lib.Router))
+    return {block: tree['moe']['router']['__call__'][0][0]
+            for block, tree in captured['intermediates'].items()}
+  return dict(sorted(apply(params, images).items()))
 
 
 def recorded_experiment(workdir: str) -> experiment_lib.Experiment:
@@ -207,7 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--runs', required=True, help='Directory searched for trained runs.')
   parser.add_argument('--out', required=True, help='The PNG to write.')
   args = parser.parse_args(argv)
-  path = write(args.runs, args.out)
+  try:
+    path = write(args.runs, args.out)
+  except errors.UserError as error:
+    print(error, file=sys.stderr)
+    return 2
   if path is None:
     print(f'No run under {args.runs} kept its checkpoints (c = 1, seed 0); routing maps need the '
           'trained workdirs of a sweep (make study or make demo).', file=sys.stderr)

@@ -1,10 +1,16 @@
-"""Tests of the routing maps: each token's expert, hand-worked; the checkpoint path orbax gets."""
+"""Tests of the routing maps: each token's expert, hand-worked; the checkpoint a map reads."""
 import os
 
+import jax
 import numpy as np
 import pytest
 
+from base import errors
 from results import routing_maps
+from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from vmoe import checkpointing
+from vmoe import train_program
+from vmoe import workdir as workdir_lib
 from vmoe.routing import router as router_lib
 
 
@@ -31,20 +37,47 @@ def test_soft_routing_gives_each_token_the_expert_of_its_largest_dispatch_weight
   np.testing.assert_allclose(weight, [[0.9, 0.8]])
 
 
-def test_a_relative_runs_directory_restores_from_an_absolute_path(tmp_path, monkeypatch):
-  # make demo passes --runs workdirs/demo/tiny; orbax refuses a relative checkpoint path.
-  (tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS / '3000').mkdir(parents=True)
+def saved_run(workdir, experiment, steps) -> dict:
+  """A workdir as a run leaves it: its config.json and checkpoints of `steps` (state: the fresh
+  initialisation, step s's parameters scaled by s); returns each step's parameters."""
+  workdir_lib.prepare(str(workdir))
+  workdir_lib.guard(str(workdir), experiment)
+  program = train_program.build(experiment)
+  state = program.init_state(jax.random.PRNGKey(0))
+  manager = checkpointing.make_manager(str(workdir), experiment.checkpoint)
+  params = {}
+  for step in steps:
+    params[step] = jax.tree.map(lambda p, s=step: p * s, state.params)
+    checkpointing.save(manager, step, state.replace(params=params[step]), {})
+  checkpointing.wait_until_finished(manager)
+  return params
+
+
+def test_routes_with_the_newest_intact_checkpoint_and_moves_nothing(tmp_path, monkeypatch,
+                                                                     tiny_experiment):
+  # make demo passes --runs workdirs/demo/tiny: a relative path, which orbax refuses.
+  experiment = tiny_experiment('router=softmax_tc')
+  params = saved_run(tmp_path / 'runs' / 'a_run', experiment, [1, 2])
+  checkpoints = tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(str(checkpoints / '2')))
   monkeypatch.chdir(tmp_path)
-  restored = []
+  images = routing_maps.test_images(experiment.moe.group_size)
+  layers = routing_maps.route_images(os.path.join('runs', 'a_run'), images)
+  assert sorted(os.listdir(checkpoints)) == ['1', '2']     # The corrupt step 2 stays in place.
+  # Step 1's parameters route the images, exactly as the model routes them given those.
+  model = train_program.build(experiment).model
+  expected = routing_maps.routes(model, params[1], images)
+  assert [layer.block for layer in layers] == list(expected) and expected
+  for layer, route in zip(layers, expected.values()):
+    expert, _ = routing_maps.token_experts(route, images.shape[0], layer.expert.shape[1])
+    np.testing.assert_array_equal(layer.expert, expert)
+    assert layer.expert.shape == (images.shape[0], 16 + 1)   # 4x4 patches and the class token.
 
-  class Checkpointer:
-    def restore(self, path):
-      restored.append(path)
-      raise RuntimeError('restored')
 
-  monkeypatch.setattr(routing_maps, 'recorded_experiment', lambda workdir: None)
-  monkeypatch.setattr(routing_maps.ocp, 'StandardCheckpointer', Checkpointer)
-  with pytest.raises(RuntimeError, match='restored'):
-    routing_maps.route_images(os.path.join('runs', 'a_run'), np.zeros((1, 28, 28, 1)))
-  checkpoint = tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS / '3000' / 'state'
-  assert restored == [str(checkpoint)]
+def test_a_run_with_no_intact_checkpoint_is_a_user_error(tmp_path, tiny_experiment):
+  experiment = tiny_experiment('router=softmax_tc')
+  saved_run(tmp_path, experiment, [1])
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+      str(tmp_path / routing_maps.CHECKPOINTS / '1')))
+  with pytest.raises(errors.UserError, match='No checkpoint in .* reads back intact'):
+    routing_maps.route_images(str(tmp_path), routing_maps.test_images(4))

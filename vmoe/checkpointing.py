@@ -39,6 +39,7 @@ CHECKSUMS = 'state_checksums'   # The record's key for the state's checksums.
 # The prefix of a checkpoint set aside: orbax lists only directories named by a bare step
 # number, so it neither restores nor garbage-collects (max_to_keep) these.
 CORRUPT_PREFIX = 'corrupt-'
+ITEMS = ('state', 'record')     # What each checkpoint holds: the train state, a JSON record.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +73,12 @@ def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManage
     handler.addFilter(_FullDiskReportsToLogFile())
   if not getattr(sys.unraisablehook, 'drops_orphaned_io_reports', False):
     sys.unraisablehook = _without_orphaned_io_reports(sys.unraisablehook)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
-                               options=options, item_names=('state', 'record'))
+  return ocp.CheckpointManager(_checkpoints_dir(workdir), options=options, item_names=ITEMS)
+
+
+def _checkpoints_dir(workdir: str) -> str:
+  """WORKDIR/checkpoints as an absolute path: orbax refuses a relative one."""
+  return os.path.join(os.path.abspath(workdir), 'checkpoints')
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, record: dict):
@@ -159,6 +164,26 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state):
         f'No readable checkpoint in {directory}: {", ".join(set_aside)} could not be read back '
         f'(moved aside, not deleted). To train from step 0 in this workdir, delete {directory} '
         '(move the corrupt-* directories elsewhere first to keep them); or use a new --workdir.')
+  return None
+
+
+def read_latest(workdir: str, abstract_state):
+  """(step, state, record) of the newest checkpoint in WORKDIR/checkpoints that reads back
+  intact, or None when none does: for tools that read a finished run (results/routing_maps.py).
+
+  It reads as restore_latest does (in full, checksums checked) but writes nothing: a checkpoint
+  that fails is named in a warning and left where it is (a run resumed in that workdir sets it
+  aside), and the one before is tried. One process: no collective agreement.
+  """
+  # Not orbax's read_only mode, which warns on every use; this manager only lists and restores.
+  manager = ocp.CheckpointManager(_checkpoints_dir(workdir), item_names=ITEMS,
+                                  options=ocp.CheckpointManagerOptions(create=False))
+  for step in sorted(manager.all_steps(), reverse=True):
+    restored, problem = _read_verified(manager, step, abstract_state)
+    if problem is None:
+      return (step, *restored)
+    logging.warning('Checkpoint %s/%d is corrupt (%s); left in place, reading the one before.',
+                    manager.directory, step, problem)
   return None
 
 

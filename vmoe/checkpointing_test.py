@@ -86,6 +86,27 @@ def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_one_before_restored(
   assert_restored(restore(tmp_path, config), 3)
 
 
+def test_read_latest_skips_a_corrupt_checkpoint_and_moves_nothing(tmp_path, monkeypatch):
+  save_steps(tmp_path / 'run', [1, 2])
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+      str(tmp_path / 'run' / 'checkpoints' / '2')))
+  warnings = []
+  monkeypatch.setattr(logging, 'warning', lambda *args: warnings.append(args[0] % args[1:]))
+  monkeypatch.chdir(tmp_path)                  # A relative workdir, as a tool's flag gives it.
+  abstract = jax.eval_shape(lambda: state_at(0))
+  step, state, record = checkpointing.read_latest('run', abstract)
+  assert step == 1
+  assert_restored((state, record), 1)
+  assert sorted(os.listdir(tmp_path / 'run' / 'checkpoints')) == ['1', '2']
+  assert len(warnings) == 1 and 'checkpoints/2 is corrupt' in warnings[0]
+  assert 'left in place' in warnings[0]
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+      str(tmp_path / 'run' / 'checkpoints' / '1')))
+  assert checkpointing.read_latest('run', abstract) is None
+  assert checkpointing.read_latest('elsewhere', abstract) is None     # No checkpoints at all.
+  assert not os.path.exists(tmp_path / 'elsewhere')
+
+
 def test_a_save_killed_midway_is_ignored_or_set_aside(tmp_path):
   config = save_steps(tmp_path, [1, 2, 3])
   checkpoint_faults.leave_half_written(str(tmp_path / 'checkpoints' / '3'), final=False)

@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # An absl program logging the way main.py sets it up; argv: WORKDIR quiet|verbose. Its own
 # process, because the setup changes absl's global handler and flags.
 PROGRAM = """
-import os, sys
+import logging as std_logging, os, sys
 from absl import app, logging
 from vmoe import run_log
 
@@ -24,6 +24,8 @@ def main(argv):
   with run_log.native_stderr_to_log():
     os.write(2, b'native line\\n')
     print('python stderr line', file=sys.stderr)
+  std_logging.shutdown()           # As at exit: the log file is closed ...
+  logging.info('after shutdown')   # ... and a late record comes (asyncio's, say).
 
 app.run(main)
 """
@@ -43,6 +45,7 @@ def test_info_goes_to_the_log_file_and_to_the_console_only_when_verbose(tmp_path
   assert log.index('held info') < log.index('a warning') < log.index('later info')
   assert 'a warning' in console and 'python stderr line' in console
   assert 'python stderr line' not in log
+  assert 'after shutdown' in log and 'Logging error' not in console
   if mode == 'quiet':
     assert 'native line' in log
     assert all(text not in console for text in ('held info', 'later info', 'native line'))
