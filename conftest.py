@@ -44,7 +44,7 @@ def _fresh_cache_dir() -> str:
   (killed before pytest_unconfigure removed theirs) are removed first."""
   root = tempfile.gettempdir()
   for stale in glob.glob(os.path.join(root, f'{_CACHE_PREFIX}*')):
-    pid = stale[len(os.path.join(root, _CACHE_PREFIX)):]
+    pid = os.path.basename(stale)[len(_CACHE_PREFIX):]
     if not (pid.isdigit() and _alive(int(pid))):
       shutil.rmtree(stale, ignore_errors=True)
   path = os.path.join(root, f'{_CACHE_PREFIX}{os.getpid()}')

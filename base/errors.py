@@ -1,7 +1,7 @@
 """The one exception type for errors a user causes and can fix.
 
-`main.py` catches `UserError` and prints its message alone (no traceback) with exit status 2, so
-the message must say what to change. Anything else is a bug and keeps its traceback. A leaf
+`main.py` (vmoe/cli.py) and the argparse tools (`run_tool`) catch `UserError` and print its
+message alone (no traceback) with exit status 2, so the message must say what to change. Anything else is a bug and keeps its traceback. A leaf
 module: it imports nothing of the project, so any package may raise it.
 
 A full disk is a user error too: `disk_full_is_user_error` turns one into a UserError that names
@@ -10,7 +10,10 @@ the directory and what to free.
 import contextlib
 import errno
 import os
+import sys
 from typing import Callable
+
+USER_ERROR_STATUS = 2   # As for a usage error (argparse, absl's UsageError).
 
 
 class UserError(ValueError):
@@ -18,6 +21,16 @@ class UserError(ValueError):
 
   A `ValueError` so code and tests that predate it and catch `ValueError` keep working.
   """
+
+
+def run_tool(main: Callable[[], int]) -> int:
+  """An argparse tool's main() -> its exit status; a UserError is one 'Error: ...' line on
+  stderr and USER_ERROR_STATUS."""
+  try:
+    return main()
+  except UserError as e:
+    sys.stderr.write(f'Error: {e}\n')
+    return USER_ERROR_STATUS
 
 
 class MissingInput(UserError, FileNotFoundError):

@@ -34,3 +34,14 @@ def test_a_full_disk_under_the_block_is_one_user_error_naming_the_directory():
   with pytest.raises(errors.UserError, match='^already said$'):   # As does a UserError.
     with errors.disk_full_is_user_error('/ckpt', 'saving', lambda: ''):
       raise errors.UserError('already said') from full_disk.enospc()
+
+
+def test_run_tool_reports_a_user_error_in_one_line_with_status_2(capsys):
+  def main():
+    raise errors.MissingInput('--runs x is not a directory; pass the sweep\'s workdir root.')
+  assert errors.run_tool(main) == errors.USER_ERROR_STATUS == 2
+  assert capsys.readouterr().err == ('Error: --runs x is not a directory; pass the sweep\'s '
+                                     'workdir root.\n')
+  assert errors.run_tool(lambda: 1) == 1
+  with pytest.raises(KeyError):        # Anything else is a bug: it keeps its traceback.
+    errors.run_tool(lambda: {}['bug'])

@@ -30,8 +30,8 @@ OVERRIDES = {
     'fewshot.datasets.digits': "('train[:200]', 'test[:200]')",
     'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')", 'wandb.mode': 'disabled',
 }
-# The processes inherit the session's fast-compile XLA flags (conftest.py); later runs load their
-# compiled functions from the persistent cache the first ones filled.
+# The processes inherit the session's fast-compile XLA flags and its persistent compilation cache
+# (conftest.py): later runs load their compiled functions from the cache the first ones filled.
 
 
 def main_py(workdir) -> list[str]:
@@ -39,18 +39,17 @@ def main_py(workdir) -> list[str]:
           *[f'--config.{k}={v}' for k, v in OVERRIDES.items()]]
 
 
-def environment(cache_dir, **variables) -> dict:
-  return {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_COMPILATION_CACHE_DIR': str(cache_dir),
-          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0', **variables}
+def environment(**variables) -> dict:
+  return {**os.environ, 'JAX_PLATFORMS': 'cpu', **variables}
 
 
-def launch_two_processes(workdir, cache_dir, log) -> subprocess.Popen:
+def launch_two_processes(workdir, log) -> subprocess.Popen:
   """launch/local.sh running main.py in two processes, its output to the file `log`."""
   return subprocess.Popen(['launch/local.sh', *main_py(workdir)], cwd=REPO, stdout=log,
-                          stderr=subprocess.STDOUT, env=environment(cache_dir, NUM_PROCESSES='2'))
+                          stderr=subprocess.STDOUT, env=environment(NUM_PROCESSES='2'))
 
 
-def start_each_process(workdir, cache_dir, logs) -> list[subprocess.Popen]:
+def start_each_process(workdir, logs) -> list[subprocess.Popen]:
   """The two processes local.sh would start, started here so that one can be signalled alone."""
   with socket.socket() as s:
     s.bind(('', 0))
@@ -58,7 +57,7 @@ def start_each_process(workdir, cache_dir, logs) -> list[subprocess.Popen]:
   return [subprocess.Popen(
       [os.path.join(REPO, '.venv', 'bin', 'python'), *main_py(workdir)], cwd=REPO, stdout=log,
       stderr=subprocess.STDOUT, env=environment(
-          cache_dir, JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='2',
+          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='2',
           JAX_PROCESS_ID=str(i))) for i, log in enumerate(logs)]
 
 
@@ -75,15 +74,15 @@ def final_checksums(workdir) -> dict:
 
 def test_sigterm_to_one_process_stops_both_at_one_step_and_the_rerun_ends_as_an_uninterrupted_run(
     tmp_path):
-  whole, stopped, cache = tmp_path / 'whole', tmp_path / 'stopped', tmp_path / 'cache'
+  whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
   logs = {name: tmp_path / f'{name}.log' for name in ('whole', 'stopped.0', 'stopped.1')}
   # The uninterrupted run goes on beside the stopped one: XLA's results do not depend on what
   # else the machine runs. Files, not pipes, which could fill up.
   with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
        open(logs['stopped.0'], 'w', encoding='utf-8') as log_0, \
        open(logs['stopped.1'], 'w', encoding='utf-8') as log_1:
-    uninterrupted_run = launch_two_processes(whole, cache, whole_log)
-    processes = start_each_process(stopped, cache, [log_0, log_1])
+    uninterrupted_run = launch_two_processes(whole, whole_log)
+    processes = start_each_process(stopped, [log_0, log_1])
   deadline = time.time() + 600
   while f'step 2/{NUM_STEPS} ' not in logs['stopped.0'].read_text():   # Training is under way.
     assert all(p.poll() is None for p in processes) and time.time() < deadline, \
@@ -105,7 +104,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_the_rerun_ends_as_an_
 
   # The rerun resumes from that step on both processes and ends where the uninterrupted run did.
   with open(tmp_path / 'rerun.log', 'w', encoding='utf-8') as rerun_log:
-    rerun = launch_two_processes(stopped, cache, rerun_log)
+    rerun = launch_two_processes(stopped, rerun_log)
     assert rerun.wait(timeout=600) == 0, (tmp_path / 'rerun.log').read_text()[-4000:]
   output = (tmp_path / 'rerun.log').read_text()
   # Each process's header (vmoe/console.py) says where it resumed; INFO logs are in log[.1].txt.

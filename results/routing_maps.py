@@ -43,7 +43,6 @@ from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at
 
 IMAGES = 8
 NO_EXPERT = -1
-CHECKPOINTS = 'checkpoints'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +91,9 @@ def route_images(workdir: str, images: np.ndarray) -> list[LayerRouting]:
   if restored is None:
     raise errors.UserError(f'No checkpoint in {workdir} reads back intact; rerun its training.')
   _, state, _ = restored
-  layers = []
-  for block, route in routes(program.model, state.params, images).items():
-    expert, weight = token_experts(route, images.shape[0],
-                                   route_tokens_per_image(program.model, images))
-    layers.append(LayerRouting(block, expert, weight))
-  return layers
+  tokens_per_image = route_tokens_per_image(program.model, images)
+  return [LayerRouting(block, *token_experts(route, images.shape[0], tokens_per_image))
+          for block, route in routes(program.model, state.params, images).items()]
 
 
 def routes(model, params, images: np.ndarray) -> dict:
@@ -180,7 +176,7 @@ def maps_runs(root: str, capacity: float = 1.0, seed: int = 0) -> list[summaries
   for run in runs:
     router, c, softmax_combine = run.key[2:]
     if (router in paper.ROUTERS and c == capacity and softmax_combine and run.seed == seed and
-        os.path.isdir(os.path.join(os.path.dirname(run.path), CHECKPOINTS))):
+        os.path.isdir(checkpointing.checkpoints_dir(os.path.dirname(run.path)))):
       chosen[router] = run
   return [chosen[r] for r in paper.ROUTERS if r in chosen]
 
@@ -216,11 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--runs', required=True, help='Directory searched for trained runs.')
   parser.add_argument('--out', required=True, help='The PNG to write.')
   args = parser.parse_args(argv)
-  try:
-    path = write(args.runs, args.out)
-  except errors.UserError as error:
-    print(error, file=sys.stderr)
-    return 2
+  path = write(args.runs, args.out)
   if path is None:
     print(f'No run under {args.runs} kept its checkpoints (c = 1, seed 0); routing maps need the '
           'trained workdirs of a sweep (make study or make demo).', file=sys.stderr)
@@ -230,4 +222,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(errors.run_tool(main))

@@ -7,6 +7,7 @@ import pytest
 
 from base import errors
 from results import routing_maps
+from results import tables
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import checkpointing
 from vmoe import train_program
@@ -37,9 +38,10 @@ def test_soft_routing_gives_each_token_the_expert_of_its_largest_dispatch_weight
   np.testing.assert_allclose(weight, [[0.9, 0.8]])
 
 
-def saved_run(workdir, experiment, steps) -> dict:
+def saved_run(workdir, experiment, steps):
   """A workdir as a run leaves it: its config.json and checkpoints of `steps` (state: the fresh
-  initialisation, step s's parameters scaled by s); returns each step's parameters."""
+  initialisation, step s's parameters scaled by s); returns the model and each step's
+  parameters."""
   workdir_lib.prepare(str(workdir))
   workdir_lib.guard(str(workdir), experiment)
   program = train_program.build(experiment)
@@ -50,22 +52,21 @@ def saved_run(workdir, experiment, steps) -> dict:
     params[step] = jax.tree.map(lambda p, s=step: p * s, state.params)
     checkpointing.save(manager, step, state.replace(params=params[step]), {})
   checkpointing.wait_until_finished(manager)
-  return params
+  return program.model, params
 
 
 def test_routes_with_the_newest_intact_checkpoint_and_moves_nothing(tmp_path, monkeypatch,
                                                                      tiny_experiment):
   # make demo passes --runs workdirs/demo/tiny: a relative path, which orbax refuses.
   experiment = tiny_experiment('router=softmax_tc')
-  params = saved_run(tmp_path / 'runs' / 'a_run', experiment, [1, 2])
-  checkpoints = tmp_path / 'runs' / 'a_run' / routing_maps.CHECKPOINTS
+  model, params = saved_run(tmp_path / 'runs' / 'a_run', experiment, [1, 2])
+  checkpoints = tmp_path / 'runs' / 'a_run' / 'checkpoints'
   checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(str(checkpoints / '2')))
   monkeypatch.chdir(tmp_path)
   images = routing_maps.test_images(experiment.moe.group_size)
   layers = routing_maps.route_images(os.path.join('runs', 'a_run'), images)
   assert sorted(os.listdir(checkpoints)) == ['1', '2']     # The corrupt step 2 stays in place.
   # Step 1's parameters route the images, exactly as the model routes them given those.
-  model = train_program.build(experiment).model
   expected = routing_maps.routes(model, params[1], images)
   assert [layer.block for layer in layers] == list(expected) and expected
   for layer, route in zip(layers, expected.values()):
@@ -78,6 +79,15 @@ def test_a_run_with_no_intact_checkpoint_is_a_user_error(tmp_path, tiny_experime
   experiment = tiny_experiment('router=softmax_tc')
   saved_run(tmp_path, experiment, [1])
   checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
-      str(tmp_path / routing_maps.CHECKPOINTS / '1')))
+      str(tmp_path / 'checkpoints' / '1')))
   with pytest.raises(errors.UserError, match='No checkpoint in .* reads back intact'):
     routing_maps.route_images(str(tmp_path), routing_maps.test_images(4))
+
+
+@pytest.mark.parametrize('tool', [routing_maps.main, tables.main])
+def test_a_missing_runs_directory_is_one_message_and_exit_2(tmp_path, capsys, tool):
+  missing = str(tmp_path / 'no_runs')
+  status = errors.run_tool(lambda: tool(['--runs', missing, '--out', str(tmp_path / 'out')]))
+  assert status == 2
+  assert capsys.readouterr().err == (f'Error: --runs {missing!r} is not a directory; pass the '
+                                     "sweep's workdir root.\n")

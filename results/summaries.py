@@ -12,6 +12,7 @@ import json
 import os
 from typing import Callable, Iterable, Sequence
 
+from base import errors
 from base import stats
 from vmoe import run_protocol
 
@@ -62,7 +63,8 @@ class Run:
 def load_runs(root: str) -> tuple[list[Run], list[str]]:
   """Every summary.json below `root` (recursively, in path order), and a list of problems."""
   if not os.path.isdir(root):
-    raise FileNotFoundError(f'--runs {root!r} is not a directory; pass the sweep\'s workdir root.')
+    raise errors.MissingInput(f'--runs {root!r} is not a directory; pass the sweep\'s workdir '
+                              'root.')
   runs, problems = [], []
   for directory, subdirs, files in os.walk(root):
     subdirs.sort()

@@ -21,6 +21,7 @@ import sys
 from typing import Callable, Sequence
 
 from base import atomic
+from base import errors
 from base.stats import Stat
 from results import beside
 from results import claims
@@ -268,4 +269,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(errors.run_tool(main))

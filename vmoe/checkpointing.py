@@ -73,10 +73,10 @@ def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManage
     handler.addFilter(_FullDiskReportsToLogFile())
   if not getattr(sys.unraisablehook, 'drops_orphaned_io_reports', False):
     sys.unraisablehook = _without_orphaned_io_reports(sys.unraisablehook)
-  return ocp.CheckpointManager(_checkpoints_dir(workdir), options=options, item_names=ITEMS)
+  return ocp.CheckpointManager(checkpoints_dir(workdir), options=options, item_names=ITEMS)
 
 
-def _checkpoints_dir(workdir: str) -> str:
+def checkpoints_dir(workdir: str) -> str:
   """WORKDIR/checkpoints as an absolute path: orbax refuses a relative one."""
   return os.path.join(os.path.abspath(workdir), 'checkpoints')
 
@@ -176,7 +176,7 @@ def read_latest(workdir: str, abstract_state):
   aside), and the one before is tried. One process: no collective agreement.
   """
   # Not orbax's read_only mode, which warns on every use; this manager only lists and restores.
-  manager = ocp.CheckpointManager(_checkpoints_dir(workdir), item_names=ITEMS,
+  manager = ocp.CheckpointManager(checkpoints_dir(workdir), item_names=ITEMS,
                                   options=ocp.CheckpointManagerOptions(create=False))
   for step in sorted(manager.all_steps(), reverse=True):
     restored, problem = _read_verified(manager, step, abstract_state)

@@ -15,7 +15,7 @@ from absl import flags
 
 from base import errors
 
-USER_ERROR_STATUS = 2   # As for a usage error (argparse, absl's UsageError).
+USER_ERROR_STATUS = errors.USER_ERROR_STATUS
 
 
 def parse_flags(argv: list[str]) -> list[str]:

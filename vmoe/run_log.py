@@ -63,26 +63,26 @@ def to_workdir(workdir: str) -> str | None:
   if isinstance(held, io.StringIO):
     log_file.write(held.getvalue())
     log_file.flush()
-  if not any(isinstance(f, _ReopenAfterShutdown) for f in _handler().filters):
-    _handler().addFilter(_ReopenAfterShutdown(path))
+  _REOPEN_AFTER_SHUTDOWN.path = path
+  _handler().addFilter(_REOPEN_AFTER_SHUTDOWN)     # Added once: addFilter skips a known filter.
   return path
 
 
 class _ReopenAfterShutdown(std_logging.Filter):
   """A record that comes after logging's shutdown closed the log file (asyncio reporting, as the
-  process exits, a future of a checkpoint save that a full disk failed) reopens the file and goes
-  there: writing to the closed file would print '--- Logging error ---' and a traceback to
-  stderr, after a user error's one line."""
-
-  def __init__(self, path: str):
-    super().__init__()
-    self.path = path
+  process exits, a future of a checkpoint save that a full disk failed) reopens the file at
+  `path` and goes there: writing to the closed file would print '--- Logging error ---' and a
+  traceback to stderr, after a user error's one line."""
+  path = ''
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     handler = _handler()
     if getattr(handler.stream, 'closed', False):
       handler.stream = open(self.path, 'a', encoding='utf-8')  # pylint: disable=consider-using-with
     return True
+
+
+_REOPEN_AFTER_SHUTDOWN = _ReopenAfterShutdown()
 
 
 def shows_info() -> bool:
