@@ -44,7 +44,9 @@ class Batches:
     self._select, self._identity = select, dict(identity or {})
     self._batches = 0
     self._iterator = None
-    self.dataset(0)   # Builds (traces) the pipeline now: bad pp strings fail here.
+    # Built (traced) now, so that bad pp strings fail here; the first pass from batch 0 uses it
+    # rather than tracing the pipeline a second time.
+    self._built = (0, self.dataset(0))
 
   def __iter__(self):
     return self
@@ -72,7 +74,11 @@ class Batches:
 
   def __next__(self) -> dict:
     if self._iterator is None:
-      self._iterator = self.dataset(self._batches).as_numpy_iterator()
+      start, ds = self._built
+      if start != self._batches:
+        ds = self.dataset(self._batches)
+      self._built = (self._batches, ds)
+      self._iterator = ds.as_numpy_iterator()
     try:
       batch = next(self._iterator)
     except tf.errors.OpError as e:
