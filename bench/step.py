@@ -58,8 +58,9 @@ class Stepper:
     e = self.experiment
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (e.batch_size,) + e.model.image_shape).astype(np.float32)
-    labels = np.eye(e.model.num_classes, dtype=np.float32)[
-        rng.integers(0, e.model.num_classes, e.batch_size)]
+    # One-hot rows set directly: np.eye(21,843) alone would be a 1.9 GB matrix.
+    labels = np.zeros((e.batch_size, e.model.num_classes), np.float32)
+    labels[np.arange(e.batch_size), rng.integers(0, e.model.num_classes, e.batch_size)] = 1
     self.state = self.program.init_state(jax.random.PRNGKey(e.seed))
     self.batch = sharding.put_batch({'image': images, 'labels': labels},
                                     self.program.batch_sharding)
