@@ -29,6 +29,7 @@ from vmoe import cli
 from vmoe import experiment as experiment_lib
 from vmoe import run_log
 from vmoe import sharding
+from vmoe import workdir as workdir_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: configs/FILE.py:c=2.',
@@ -57,6 +58,10 @@ def main(argv):
   # the config file's are fitted to the devices (vmoe/experiment.py).
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))
+  # So do the workdir's checks (train_and_evaluate repeats them for callers in process: both
+  # are idempotent).
+  workdir_lib.prepare(_WORKDIR.value)
+  workdir_lib.guard(_WORKDIR.value, experiment)
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top

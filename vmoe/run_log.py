@@ -52,7 +52,7 @@ def log_path(workdir: str, process_index: int) -> str:
 def to_workdir(workdir: str) -> str | None:
   """Appends the held records, and from now on every record, to this process's log file in
   `workdir` (made if needed); returns the file's path, or None if `workdir` is not writable:
-  records stay held then, and the trainer reports that workdir as the user's error."""
+  records stay held then, and workdir.prepare reports that workdir as the user's error."""
   path = log_path(workdir, jax.process_index())
   try:
     os.makedirs(workdir, exist_ok=True)
