@@ -1,11 +1,21 @@
-"""End-to-end tests of the trainer and main.py on the tiny Fashion-MNIST config."""
+"""End-to-end tests of the trainer and main.py on the tiny Fashion-MNIST config.
+
+Each short run (SHORT, at either precision) is trained once per session, in process, by the
+`short_run` fixture: the float32 run is checked by the summary test, copied and resumed from a
+corrupt checkpoint, and is the uninterrupted run that a killed main.py run must match step for
+step. Every other run is the test's own.
+"""
 import json
 import os
+import pathlib
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,12 +25,10 @@ import pytest
 
 from base import errors
 from base import full_disk_testutil as full_disk
-from data import sources
 from vmoe import checkpoint_faults_testutil as checkpoint_faults
 from vmoe import checkpointing
 from vmoe import observability
 from vmoe import run_protocol
-from vmoe import train_evals
 from vmoe import train_step as train_lib
 from vmoe import trainer
 
@@ -37,9 +45,11 @@ SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_eve
 # Fashion-MNIST 10,000), from the config's shot splits or the first 200 Fashion-MNIST images.
 SMALL_FEWSHOT = {'fewshot.datasets.digits': "('train', 'test[:200]')",
                  'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
+# The configs' float32 model, and bfloat16 compute with rematerialised blocks (issue 18's run).
+PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'model.remat': True}}
 
 
-@pytest.fixture
+@pytest.fixture(scope='session')
 def short_config(tiny_experiment):
   """short_config(router='softmax_ec', **overrides): the short run's record, configs/tiny.py with
   SHORT's overrides and few-shot on 200 digits (tiny_experiment is conftest.py's)."""
@@ -47,6 +57,31 @@ def short_config(tiny_experiment):
     return tiny_experiment(f'router={router}', {
         **SHORT[1], 'fewshot.datasets': {'digits': ('train', 'test[:200]')}, **overrides})
   return build
+
+
+class ShortRun(NamedTuple):
+  """A finished short run: its workdir (not to be changed: copy it first) and the RunSummary that
+  train_and_evaluate returned."""
+  workdir: pathlib.Path
+  summary: run_protocol.RunSummary
+
+
+@pytest.fixture(scope='session')
+def short_run(short_config, once_per_session, tmp_path_factory):
+  """short_run(precision) -> ShortRun of short_config(**PRECISIONS[precision]), trained in process
+  once per session (conftest.py's once_per_session, whichever pytest-xdist worker asks first).
+  once_per_session shares JSON, so the returned summary travels pickled beside the workdir: the
+  tests compare the object itself with summary.json."""
+  def run(precision: str) -> ShortRun:
+    def train() -> str:
+      path = tmp_path_factory.mktemp(f'short_run_{precision}')
+      summary = trainer.train_and_evaluate(short_config(**PRECISIONS[precision]),
+                                           str(path / 'workdir'), 'configs/tiny.py')
+      (path / 'summary.pickle').write_bytes(pickle.dumps(summary))
+      return str(path)
+    path = pathlib.Path(once_per_session(f'trainer_test_short_run_{precision}', train))
+    return ShortRun(path / 'workdir', pickle.loads((path / 'summary.pickle').read_bytes()))
+  return run
 
 
 def flags(overrides: dict) -> list[str]:
@@ -57,18 +92,14 @@ def losses(workdir: str) -> dict:
   return {step: m['loss'] for step, m in observability.read_metrics(workdir).items() if 'loss' in m}
 
 
-# The configs' float32 model, and bfloat16 compute with rematerialised blocks (issue 18's run).
-PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'model.remat': True}}
-
-
 @pytest.mark.parametrize('precision', PRECISIONS)
-def test_short_run_learns_and_writes_its_summary(short_config, tmp_path, precision):
+def test_short_run_learns_and_writes_its_summary(short_config, short_run, precision):
   overrides = PRECISIONS[precision]
-  summary = trainer.train_and_evaluate(short_config(**overrides), str(tmp_path), 'configs/tiny.py')
-  curve = losses(str(tmp_path))
+  workdir, summary = short_run(precision)
+  curve = losses(str(workdir))
   assert sorted(curve) == list(range(1, 41))
   assert np.mean([curve[s] for s in range(31, 41)]) < 0.9 * np.mean([curve[s] for s in range(1, 6)])
-  with open(tmp_path / 'summary.json', encoding='utf-8') as f:
+  with open(workdir / 'summary.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written == json.loads(json.dumps(summary.to_dict()))
   assert run_protocol.RunSummary.from_dict(written) == summary    # Read through the same record.
@@ -157,22 +188,25 @@ def saved_params(workdir, step: int):
   return ocp.StandardCheckpointer().restore(path)['params']
 
 
-def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(short_config, tmp_path):
-  config = short_config(**{'checkpoint.every_steps': 20, 'eval.every_steps': 40})
-  trainer.train_and_evaluate(config, str(tmp_path))
-  uninterrupted = saved_params(str(tmp_path), 40)
+def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(
+    short_config, short_run, tmp_path):
+  uninterrupted = short_run('float32').workdir     # Checkpoints 30 and 40 (keep=2).
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(uninterrupted, workdir)
   checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
-      str(tmp_path / 'checkpoints' / '40')))
-  summary = trainer.train_and_evaluate(config, str(tmp_path))
+      str(workdir / 'checkpoints' / '40')))
+  summary = trainer.train_and_evaluate(short_config(), str(workdir))
   assert summary.steps == 40
-  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['20', '40', 'corrupt-40']
-  # Steps 21-40 were trained twice (metrics.jsonl has two loss records of each), the second time
-  # from step 20's checkpoint, by the same program in the same process: bit-identical.
-  with open(tmp_path / observability.METRICS_FILE, encoding='utf-8') as f:
+  assert sorted(os.listdir(workdir / 'checkpoints')) == ['30', '40', 'corrupt-40']
+  # Steps 31-40 were trained twice (metrics.jsonl has two loss records of each), the second time
+  # from step 30's checkpoint, by the same compiled program (the session's compilation cache,
+  # conftest.py; in this process or another pytest-xdist worker): bit-identical.
+  with open(workdir / observability.METRICS_FILE, encoding='utf-8') as f:
     records = [json.loads(line) for line in f]
   trained = [r['step'] for r in records if 'loss' in r]
-  assert sorted(trained) == sorted([*range(1, 41), *range(21, 41)])
-  jax.tree.map(np.testing.assert_array_equal, saved_params(str(tmp_path), 40), uninterrupted)
+  assert sorted(trained) == sorted([*range(1, 41), *range(31, 41)])
+  jax.tree.map(np.testing.assert_array_equal, saved_params(str(workdir), 40),
+               saved_params(str(uninterrupted), 40))
 
 
 def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
@@ -185,35 +219,30 @@ def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
                           stderr=stderr or subprocess.STDOUT, text=True)
 
 
-def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_config, tmp_path):
-  overrides = {**SHORT[1], 'num_train_steps': 120, 'eval.every_steps': 120,
-               'eval.batch_size': 64, 'checkpoint.every_steps': 40, **SMALL_FEWSHOT}
-  killed, whole = tmp_path / 'killed', tmp_path / 'whole'
-  # The uninterrupted run goes on beside the killed one (start-up and compiles are mostly one
-  # core's work): XLA's results do not depend on what else the machine runs. The data sets are
-  # prepared first, so that the two processes do not race to prepare them.
-  sources.check_available(short_config().data)
-  train_evals.check_available(short_config().data, short_config().fewshot)
-  logs = {name: tmp_path / f'{name}.log' for name in ('killed', 'whole')}
-  with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
-       open(logs['killed'], 'w', encoding='utf-8') as killed_log:   # Pipes could fill up.
-    uninterrupted_run = run_main(whole, overrides, whole_log)
-    run = run_main(killed, overrides, killed_log)
+def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_run, tmp_path):
+  # The uninterrupted run is the session's float32 short run, trained in process: main.py trains
+  # the same program on the same batches (its compiled step from the session's compilation cache,
+  # conftest.py), and XLA's results depend neither on the process nor on what else the machine
+  # runs. That run is finished, its data sets prepared, before main.py starts.
+  uninterrupted = losses(str(short_run('float32').workdir))
+  overrides = {**SHORT[1], **SMALL_FEWSHOT}
+  workdir, log = tmp_path / 'workdir', tmp_path / 'killed.log'
+  with open(log, 'w', encoding='utf-8') as killed_log:     # A pipe could fill up.
+    run = run_main(workdir, overrides, killed_log)
   deadline = time.time() + 300
-  while not os.path.isdir(killed / 'checkpoints' / '40'):      # Orbax renames it when complete.
-    assert run.poll() is None and time.time() < deadline, logs['killed'].read_text()[-3000:]
+  # Killed once the first checkpoint is complete (orbax renames it then, some steps after step 10:
+  # it saves in the background), with 20-odd steps and step 20's evaluation still to go.
+  while not os.path.isdir(workdir / 'checkpoints' / '10'):
+    assert run.poll() is None and time.time() < deadline, log.read_text()[-3000:]
     time.sleep(0.01)
   run.send_signal(signal.SIGKILL)
   run.wait()
-  killed_at = max(losses(str(killed)))
-  assert run.returncode == -signal.SIGKILL and 40 <= killed_at < 120
-  # The resumed run loads its compiled functions from the cache the first two filled.
-  output = run_main(killed, overrides).communicate()[0]
-  assert os.path.exists(killed / 'summary.json'), output[-3000:]
-  uninterrupted_run.wait()
-  assert os.path.exists(whole / 'summary.json'), logs['whole'].read_text()[-3000:]
-  resumed, uninterrupted = losses(str(killed)), losses(str(whole))
-  assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 121))
+  killed_at = max(losses(str(workdir)))
+  assert run.returncode == -signal.SIGKILL and 10 <= killed_at < 40
+  output = run_main(workdir, overrides).communicate()[0]
+  assert os.path.exists(workdir / 'summary.json'), output[-3000:]
+  resumed = losses(str(workdir))
+  assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 41))
   assert resumed == uninterrupted
 
 
