@@ -15,7 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two processes of one CPU device each; mesh.expert=2 splits the 8 experts over the two processes,
 # so the tokens' all-to-all crosses processes. The mu/7 model (one MoE layer), routing groups of 4
 # images, 8 images per process; a loss logged every step (which keeps the host in step with the
-# devices); checkpoints every 60 steps; evaluation once, at the end, with 200-image few-shot sets.
+# devices); a checkpoint at the end (and at a stop); evaluation once, at the end, with one
+# few-shot set (digits, 200 images; the summary check reads it).
 # 120 steps: enough for a preemption notice sent after step 2 to reach both processes (JAX's
 # notifier polls for SIGTERM once a second) before the end on a fast machine; a notice that came
 # during the final evaluation would still pass (the stop saves step 120 and the rerun evaluates).
@@ -23,15 +24,15 @@ NUM_STEPS = 120
 OVERRIDES = {
     'model.variant': 'mu/7', 'moe.group_size': 4, 'batch_size': 16, 'num_train_steps': NUM_STEPS,
     'schedule.warmup_steps': 1, 'log_every_steps': 1, 'mesh.expert': 2,
-    'checkpoint.every_steps': 60, 'checkpoint.keep': 2,
+    'checkpoint.every_steps': NUM_STEPS,
     'data.train_split': 'train[:512]', 'data.eval_split': 'test[:64]', 'data.shuffle_buffer': 512,
     'eval.every_steps': NUM_STEPS, 'eval.batch_size': 16,
     'fewshot.every_steps': NUM_STEPS, 'fewshot.batch_size': 16, 'fewshot.seeds': 1,
-    'fewshot.datasets.digits': "('train[:200]', 'test[:200]')",
-    'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')", 'wandb.mode': 'disabled',
+    'fewshot.datasets': "{'digits': ('train[:200]', 'test[:200]')}", 'wandb.mode': 'disabled',
 }
 # The processes inherit the session's fast-compile XLA flags and its persistent compilation cache
-# (conftest.py): later runs load their compiled functions from the cache the first ones filled.
+# (conftest.py): the stopped run goes first and fills the cache, and the uninterrupted run and the
+# rerun load its compiled step from there.
 
 
 def main_py(workdir) -> list[str]:
@@ -75,13 +76,10 @@ def final_checksums(workdir) -> dict:
 def test_sigterm_to_one_process_stops_both_at_one_step_and_the_rerun_ends_as_an_uninterrupted_run(
     tmp_path):
   whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
-  logs = {name: tmp_path / f'{name}.log' for name in ('whole', 'stopped.0', 'stopped.1')}
-  # The uninterrupted run goes on beside the stopped one: XLA's results do not depend on what
-  # else the machine runs. Files, not pipes, which could fill up.
-  with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
-       open(logs['stopped.0'], 'w', encoding='utf-8') as log_0, \
+  logs = {name: tmp_path / f'{name}.log' for name in ('stopped.0', 'stopped.1', 'whole', 'rerun')}
+  # Files, not pipes, which could fill up.
+  with open(logs['stopped.0'], 'w', encoding='utf-8') as log_0, \
        open(logs['stopped.1'], 'w', encoding='utf-8') as log_1:
-    uninterrupted_run = launch_two_processes(whole, whole_log)
     processes = start_each_process(stopped, [log_0, log_1])
   deadline = time.time() + 600
   while f'step 2/{NUM_STEPS} ' not in logs['stopped.0'].read_text():   # Training is under way.
@@ -103,10 +101,13 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_the_rerun_ends_as_an_
   assert not os.path.exists(stopped / 'summary.json')
 
   # The rerun resumes from that step on both processes and ends where the uninterrupted run did.
-  with open(tmp_path / 'rerun.log', 'w', encoding='utf-8') as rerun_log:
+  # That run goes on beside the rerun: XLA's results do not depend on what else the machine runs.
+  with open(logs['whole'], 'w', encoding='utf-8') as whole_log, \
+       open(logs['rerun'], 'w', encoding='utf-8') as rerun_log:
+    uninterrupted_run = launch_two_processes(whole, whole_log)
     rerun = launch_two_processes(stopped, rerun_log)
-    assert rerun.wait(timeout=600) == 0, (tmp_path / 'rerun.log').read_text()[-4000:]
-  output = (tmp_path / 'rerun.log').read_text()
+  assert rerun.wait(timeout=600) == 0, logs['rerun'].read_text()[-4000:]
+  output = logs['rerun'].read_text()
   # Each process's header (vmoe/console.py) says where it resumed; INFO logs are in log[.1].txt.
   assert output.count(f'resumed from step {step}') == 2
   assert '[0] done: ' in output and '[1] done: ' in output
