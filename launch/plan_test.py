@@ -1,5 +1,7 @@
-"""The memory and time plan on this process's one CPU device, with a runlocal paper config, and
-in subprocesses that start jax as launch/plan.py does (XLA:CPU's memory scheduler, libtpu)."""
+"""The memory and time plan on this process's one CPU device, with a small runlocal paper config
+whose three programs (float32, bfloat16, remat) the tests share, and in subprocesses that start
+jax as launch/plan.py does (XLA:CPU's memory scheduler, libtpu)."""
+import dataclasses
 import glob
 import json
 import os
@@ -26,38 +28,63 @@ def test_the_expert_axis_takes_as_many_devices_as_experts_allow(devices, mesh):
   assert (parsed.mesh.data, parsed.mesh.expert) == mesh
 
 
-def test_a_row_counts_the_state_and_the_step():
-  # 'mu/32' on 64x64 images (4 patches + class token), E = 32, a batch of 8 images (one group).
+# 'mu' on 32 x 32 images in 4 x 4 patches (65 tokens an image), 256 images and E = 4: the blocks'
+# activations are a sizeable part of the peak (at this size most of it is the 21,843 classes'
+# logits and their gradients, which neither bfloat16 nor remat touches).
+SMALL_MODEL = {'model.image_size': 32, 'model.patch_size': 4, 'batch_size': 256,
+               'moe.num_experts': 4}
+ONE_CPU = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0, tpu_topology='')
+
+
+def small_config():
+  """The runlocal B/32 paper config (softmax_ec, c = 1) with SMALL_MODEL."""
   config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
-  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0, tpu_topology='')
-  row = plan.plan_row(config, one_cpu, jax.devices()[:1])
-  assert row['mesh'] == (1, 1) and row['batch_per_device'] == 8
+  return common.override(config, SMALL_MODEL)
+
+
+def plan_small_model(cache_dir: str) -> dict:
+  """The plan of small_config() under every precision on ONE_CPU and on a second one-CPU slice
+  (the same programs), measured into `cache_dir`: {'rows': the two rows, 'measured': how many
+  times `measure` compiled, 'cache_files': what cache_dir then holds}."""
+  measured, measure = [], plan.measure
+  slices = [ONE_CPU, dataclasses.replace(ONE_CPU, name='same CPU')]
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(plan, 'measure', lambda c, d: measured.append(1) or measure(c, d))
+    rows = [plan.plan_row(small_config(), s, jax.devices()[:1], tuple(plan.PRECISIONS), cache_dir)
+            for s in slices]
+  return {'rows': rows, 'measured': len(measured), 'cache_files': sorted(os.listdir(cache_dir))}
+
+
+@pytest.fixture(scope='module')
+def small_plan(once_per_session, tmp_path_factory) -> dict:
+  """plan_small_model() once per test session (conftest.py): the tests below share its three
+  compiled programs."""
+  return once_per_session('plan_small_model', lambda: plan_small_model(
+      str(tmp_path_factory.mktemp('plan_cache'))))
+
+
+def test_a_row_counts_the_state_and_the_step(small_plan):
+  row = small_plan['rows'][0]               # As JSON: the mesh tuple is a list.
+  assert row['mesh'] == [1, 1] and row['batch_per_device'] == 256
   assert row['param_bytes'] == row['param_bytes_total'] == 4 * row['num_params']
   # Adam's two float32 moments, plus a few scalars (step counts), however optax nests them.
   assert 2 * row['param_bytes'] <= row['optimizer_bytes'] <= 2 * row['param_bytes'] + 64
-  # The arguments are the state and the batch (8 images of 64 x 64 x 3 and 21,843 labels).
-  batch_bytes = 4 * 8 * (64 * 64 * 3 + 21_843)
+  # The arguments are the state and the batch (256 images of 32 x 32 x 3 and 21,843 labels).
+  batch_bytes = 4 * 256 * (32 * 32 * 3 + 21_843)
   assert row['argument_bytes'] >= row['param_bytes'] + row['optimizer_bytes'] + batch_bytes
   assert row['temp_bytes'] > 0 and row['fits']
   assert row['flops_per_step'] == row['flops_per_device'] > 0
   assert row['ideal_step_seconds'] == pytest.approx(row['flops_per_device'] / 1e12)
-  table = plan.to_markdown([row], [row], 'python -m launch.plan', config.num_train_steps)
-  assert '| mu/32 | one CPU | XLA:CPU | 1 x 1 | 8 |' in table and '| softmax_ec |' in table
+  table = plan.to_markdown([row], [row], 'python -m launch.plan', small_config().num_train_steps)
+  assert '| mu/32 | one CPU | XLA:CPU | 1 x 1 | 256 |' in table and '| softmax_ec |' in table
 
 
-def test_precision_columns_measure_bfloat16_and_remat_memory():
-  # 'mu' on 32 x 32 images in 4 x 4 patches (65 tokens an image), 256 images and E = 4: the
-  # blocks' activations are a sizeable part of the peak (at this size most of it is the 21,843
-  # classes' logits and their gradients, which neither bfloat16 nor remat touches).
-  config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
-  config = common.override(config, {'model.image_size': 32, 'model.patch_size': 4,
-                                    'batch_size': 256, 'moe.num_experts': 4})
-  one_cpu = plan.Slice('one CPU', 1, memory_gib=1.0, peak_tflops=1.0, tpu_topology='')
-  row = plan.plan_row(config, one_cpu, jax.devices()[:1], tuple(plan.PRECISIONS))
+def test_precision_columns_measure_bfloat16_and_remat_memory(small_plan):
+  row = small_plan['rows'][0]
   peaks = row['precision_peak_bytes']
   assert set(peaks) == {'bf16', 'remat'}
   assert peaks['bf16'] <= row['peak_bytes'] and peaks['remat'] < row['peak_bytes']
-  table = plan.to_markdown([row], [], 'python -m launch.plan', config.num_train_steps)
+  table = plan.to_markdown([row], [], 'python -m launch.plan', small_config().num_train_steps)
   assert '| peak, bf16 | peak, remat |' in table
   assert f"| {plan._gib(row['peak_bytes'])} | {plan._gib(peaks['bf16'])} | " in table
 
@@ -117,17 +144,19 @@ def test_a_missing_tpu_compiler_fails_under_ci_and_skips_elsewhere(monkeypatch, 
 
 def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
   require_tpu_compiler()
-  # test_precision_columns_measure_bfloat16_and_remat_memory's small model, on a TPU v5e-4
-  # (4 chips, 16 GiB each), compiled by XLA:TPU: 8 images per device (XLA:TPU's compile time
-  # grows with the batch), one expert each. At this size (width 32, below the TPU's 128 lanes)
-  # neither bfloat16 nor remat saves memory; what they save at the paper's sizes is in
+  # SMALL_MODEL's 'mu' with 10 classes, on 32 x 32 images in 8 x 8 patches (17 tokens an image),
+  # on a TPU v5e-4 (4 chips, 16 GiB each), compiled by XLA:TPU: 8 images per device, one expert
+  # each. XLA:TPU's compile time grows with the batch, the tokens and the classes (4 x 4 patches
+  # and 21,843 classes: 7 s a program; this: 4.5 s). At this size (width 32, below the TPU's 128
+  # lanes) neither bfloat16 nor remat saves memory; what they save at the paper's sizes is in
   # docs/scaling.md, which this same code writes.
   row = run_python('''
       import json
       from configs import common
       from launch import plan
       config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
-      config = common.override(config, {'model.image_size': 32, 'model.patch_size': 4,
+      config = common.override(config, {'model.image_size': 32, 'model.patch_size': 8,
+                                        'model.num_classes': 10, 'data.num_classes': 10,
                                         'batch_size': 32, 'moe.num_experts': 4,
                                         'eval.batch_size': 32, 'fewshot.batch_size': 32})
       slice_ = plan.Slice('TPU v5e-4', 4, 16.0, 197.0, 'v5e:2x2')
@@ -145,22 +174,20 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
   assert row['precision_peak_bytes']['bf16'] > row['argument_bytes']
 
 
-def test_measurements_are_cached_once_per_program(tmp_path, monkeypatch):
+def test_measurements_are_cached_once_per_program(small_plan):
   # A resumed or concurrent plan reads the counters back; two slices compiling the same program
   # (same arch, router, compiler and device count) share one measurement.
-  config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
-  compiled = []
-  measure = plan.measure
-  monkeypatch.setattr(plan, 'measure', lambda c, d: compiled.append(1) or measure(c, d))
-  slices = [plan.Slice(name, 1, 1.0, 1.0, tpu_topology='') for name in ('one CPU', 'same CPU')]
-  rows = [plan.plan_row(config, s, jax.devices()[:1], ('remat',), str(tmp_path)) for s in slices]
-  assert len(compiled) == 2           # The base program and its remat variant, once each.
+  rows = small_plan['rows']
+  assert small_plan['measured'] == 3     # The base program and its two variants, once each.
   assert rows[0]['temp_bytes'] == rows[1]['temp_bytes']
   assert rows[0]['precision_peak_bytes'] == rows[1]['precision_peak_bytes']
-  remat = common.override(config.copy_and_resolve_references(), plan.PRECISIONS['remat'])
-  assert sorted(p.name for p in tmp_path.iterdir()) == [
-      f'mu_32-softmax_ec-XLA_CPU-1-{plan.program_digest(config)}.json',
-      f'mu_32-softmax_ec-XLA_CPU-1-remat-{plan.program_digest(remat)}.json']
+  config = small_config()
+  variants = {name: common.override(config.copy_and_resolve_references(), overrides)
+              for name, overrides in plan.PRECISIONS.items()}
+  assert small_plan['cache_files'] == sorted(
+      [f'mu_32-softmax_ec-XLA_CPU-1-{plan.program_digest(config)}.json'] +
+      [f'mu_32-softmax_ec-XLA_CPU-1-{name}-{plan.program_digest(variant)}.json'
+       for name, variant in variants.items()])
 
 
 def test_an_edited_config_or_model_source_is_another_program(tmp_path, monkeypatch):

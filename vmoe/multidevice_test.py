@@ -3,7 +3,7 @@
 XLA reads --xla_force_host_platform_device_count only when jax starts and pytest's own process has
 one CPU device, so the steps run in a subprocess, `python -m vmoe.multidevice_test RUNS.json`,
 which reads the runs' experiment records from a JSON file and prints one JSON line per run for the
-test to check; two such subprocesses take half the runs each, one per core.
+test to check; two such subprocesses take half the routers each, one per core.
 
 The model is configs/tiny.py shrunk to the 'mu/7' ViT (two blocks, block 1 an MoE layer of E = 8
 experts) with routing groups of 2 images and a batch of 16 = 8 devices x 2 images: every device
@@ -168,12 +168,15 @@ def step_differences(experiment, lr: float, start, state_1, state_8) -> dict:
   return found
 
 
-def compare(key: str, experiment: experiment_lib.Experiment) -> dict:
+def compare(key: str, experiment: experiment_lib.Experiment, starts: dict) -> dict:
   """1-device vs 8-device steps of an experiment (run_key `key`): the differences and what the
   8-device HLO holds.
 
   Every step starts both meshes from the same state (the 1-device state of the step before), so
-  each comparison measures one step's rounding and differences do not compound.
+  each comparison measures one step's rounding and differences do not compound. The first state
+  is the router's fresh one, kept in `starts` (router -> host state) for the router's other runs:
+  parameters and Adam's state are float32 whatever model.dtype, so a bfloat16 run starts where
+  the float32 run did, and one init program is compiled per router.
   """
   setup_1 = train_program.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
                                                            jax.devices()[:1]))
@@ -182,7 +185,9 @@ def compare(key: str, experiment: experiment_lib.Experiment) -> dict:
   shape = (experiment.batch_size,) + experiment.model.image_shape
   batch = {'image': rng.uniform(-1, 1, shape).astype(np.float32),
            'labels': np.eye(10, dtype=np.float32)[rng.integers(0, 10, experiment.batch_size)]}
-  state = jax.device_get(jax.jit(setup_1.init)(jax.random.PRNGKey(0)))
+  if experiment.router_name not in starts:
+    starts[experiment.router_name] = jax.device_get(jax.jit(setup_1.init)(jax.random.PRNGKey(0)))
+  state = starts[experiment.router_name]
   step_1, compiled_1 = compile_step(setup_1)
   step_8, compiled_8 = compile_step(setup_8)
   schedule, mesh_8 = setup_1.schedule, setup_8.mesh
@@ -210,19 +215,20 @@ def run_key(router: str, dtype: str) -> str:
 
 
 def run_compare_subprocesses(tiny_experiment) -> dict:
-  """{run_key: compare(...)}, from two subprocesses of half the runs each (one per core): the six
-  routers in float32 and BFLOAT16_ROUTERS in bfloat16."""
+  """{run_key: compare(...)}, from two subprocesses of half the routers each (one per core): the
+  six routers in float32 and BFLOAT16_ROUTERS in bfloat16, a router's runs in one process, where
+  they share its initial state (compare)."""
   env = {**os.environ, 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu'}
-  runs = [*((r, 'float32') for r in ROUTERS), *((r, 'bfloat16') for r in BFLOAT16_ROUTERS)]
-  records = {run_key(router, dtype): small_experiment(tiny_experiment, router, dtype).to_dict()
-             for router, dtype in runs}
-  keys = list(records)
+  dtypes = lambda router: ('float32', 'bfloat16') if router in BFLOAT16_ROUTERS else ('float32',)
+  parts = [{run_key(router, dtype): small_experiment(tiny_experiment, router, dtype).to_dict()
+            for router in routers for dtype in dtypes(router)}
+           for routers in (ROUTERS[::2], ROUTERS[1::2])]
   with tempfile.TemporaryDirectory() as tmp:
     workers = []
-    for i, part in enumerate((keys[::2], keys[1::2])):
+    for i, part in enumerate(parts):
       path = os.path.join(tmp, f'runs_{i}.json')
       with open(path, 'w', encoding='utf-8') as f:
-        json.dump({key: records[key] for key in part}, f)
+        json.dump(part, f)
       workers.append(subprocess.Popen(
           [sys.executable, '-m', 'vmoe.multidevice_test', path], cwd=REPO, env=env,
           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -300,5 +306,6 @@ def test_tokens_reach_their_experts_by_all_to_all(results, router):
 if __name__ == '__main__':
   with open(sys.argv[1], encoding='utf-8') as runs:
     records = json.load(runs)
+  initial_states = {}
   for run, record in records.items():
-    print(json.dumps(compare(run, experiment_lib.parse(record))), flush=True)
+    print(json.dumps(compare(run, experiment_lib.parse(record), initial_states)), flush=True)
