@@ -111,14 +111,18 @@ def test_expert_shard_runs_each_slot_through_its_devices_local_expert():
   # (from the other device's groups in the real mesh) go to its local expert e mod 2.
   buffers = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 2, 8))     # (E, G, C, D)
   shard = moe_layer.ExpertShard(2, 16, expert_init='independent', shards=2)
-  params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
-  local = params['params']
-  assert local['wi'].shape == (2, 8, 16)
   one_expert = moe.Experts(1, 16)
-  expected = jnp.stack([
-      one_expert.apply({'params': jax.tree.map(lambda p: p[e % 2][None], local)},
-                       buffers[e][None], train=False)[0] for e in range(4)])
-  got = shard.apply(params, buffers, train=False)
+
+  @jax.jit   # One compilation, not one per operation.
+  def shard_and_experts():
+    params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
+    local = params['params']
+    expected = jnp.stack([
+        one_expert.apply({'params': jax.tree.map(lambda p: p[e % 2][None], local)},
+                         buffers[e][None], train=False)[0] for e in range(4)])
+    return local, expected, shard.apply(params, buffers, train=False)
+  local, expected, got = shard_and_experts()
+  assert local['wi'].shape == (2, 8, 16)
   # Same float32 products per slot; only the order of the sums may differ. An output sums D = 8
   # products into each of H = 16 hidden units, then 16 products: two orders differ by at most
   # (8 + 16) ulps of the largest partial sum, below 8 here (checked).
@@ -131,7 +135,8 @@ def test_expert_shard_runs_local_experts_on_every_devices_groups():
   # One expert a device on 4 devices: one (4 x G x C, D) matmul, the shape the all-to-all gives.
   buffers = jnp.zeros((4, 3, 2, 8))
   shard = moe_layer.ExpertShard(1, 16, shards=4)
-  params = shard.init(jax.random.PRNGKey(1), buffers, train=False)
+  # Shapes only (the jaxpr needs no values): an eager init would compile each of its operations.
+  params = jax.eval_shape(lambda key: shard.init(key, buffers, train=False), jax.random.PRNGKey(1))
   jaxpr = jax.make_jaxpr(lambda p, b: shard.apply(p, b, train=False))(params, buffers)
   dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'dot_general']
   assert [tuple(d.invars[0].aval.shape) for d in dots] == [(1, 24, 8), (1, 24, 16)]
@@ -147,10 +152,14 @@ def test_composed_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
   x = jax.random.normal(jax.random.PRNGKey(0), (16, 6, 8))      # 2 groups of 8 images.
   library = moe.MoeMlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
   composed = moe_layer.ComposedMoe(4, 16, config, dispatch_dtype=dispatch_dtype)
-  params = library.init(jax.random.PRNGKey(1), x, train=False)
   rngs = {'gating': jax.random.PRNGKey(2)}
-  expected, metrics = library.apply(params, x, train=True, rngs=rngs)
-  got, aux = composed.apply(params, x, train=True, rngs=rngs)
+
+  @jax.jit   # The init and both layers in one program: one compilation, not one per operation.
+  def both_layers():
+    params = library.init(jax.random.PRNGKey(1), x, train=False)
+    return (library.apply(params, x, train=True, rngs=rngs),
+            composed.apply(params, x, train=True, rngs=rngs))
+  (expected, metrics), (got, aux) = both_layers()
   np.testing.assert_array_equal(got, expected)
   assert float(aux['aux_loss']) == float(metrics['aux_loss'])
 

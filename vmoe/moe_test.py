@@ -1,4 +1,6 @@
 """The MoE layer equals the paper's eq. (minibatch-moe) evaluated with dense routing tensors."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -37,20 +39,26 @@ def reference_moe(variables, x, config):
   experts = params['experts']
   images_per_group = 1 if config.spec.allocation == router_lib.SOFT else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
-  outputs = []
-  for group in groups:
+
+  def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.
     dispatch, combine = dense_routing_tensors(params, group, config)
     y = jnp.zeros_like(group)
     for r in range(NUM_EXPERTS):
       expert_inputs = dispatch[:, r, :].T @ group                  # (C, D): row c is X^T D[:, r, c].
       hidden = nn.gelu(expert_inputs @ experts['wi'][r] + experts['bi'][r])
       y = y + combine[:, r, :] @ (hidden @ experts['wo'][r] + experts['bo'][r])
-    outputs.append(y)
-  return jnp.stack(outputs).reshape(x.shape)
+    return y
+  return jax.vmap(one_group)(groups).reshape(x.shape)
 
 
 def make_layer(config, dispatch='indices'):
   return moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
+
+
+def init_variables(layer):
+  """The layer's variables for X, from a jitted init: run eagerly, init compiles every operation
+  of the router (the sparsity solver's too) on its own, which costs seconds."""
+  return jax.jit(layer.init)(jax.random.PRNGKey(1), X)
 
 
 ROUTER_CASES = [(name, c) for name in sorted(router_lib.ROUTERS) for c in (1, 2)] + [
@@ -69,7 +77,7 @@ def router_config(case, capacity_factor):
 def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_factor):
   config = router_config(case, capacity_factor)
   layer = make_layer(config)
-  variables = layer.init(jax.random.PRNGKey(1), X)
+  variables = init_variables(layer)
   probe = jax.random.normal(jax.random.PRNGKey(2), X.shape)      # A random output cotangent.
 
   def with_probe(apply):  # One compilation gives the output and the gradients w.r.t. params and x.
@@ -93,16 +101,20 @@ def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_facto
 def test_index_and_einsum_paths_agree_in_training_with_noise(name):
   config = router_lib.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
   rngs = {'gating': jax.random.PRNGKey(3)}
-  variables = make_layer(config).init(jax.random.PRNGKey(1), X)
-  by_index = make_layer(config).apply(variables, X, train=True, rngs=rngs)[0]
-  by_einsum = make_layer(config, 'einsum').apply(variables, X, train=True, rngs=rngs)[0]
+
+  @jax.jit   # Init and both paths in one program: one compilation.
+  def both_paths():
+    variables = make_layer(config).init(jax.random.PRNGKey(1), X)
+    return [make_layer(config, dispatch).apply(variables, X, train=True, rngs=rngs)[0]
+            for dispatch in ('indices', 'einsum')]
+  by_index, by_einsum = both_paths()
   np.testing.assert_allclose(by_index, by_einsum, rtol=1e-5, atol=1e-6)
 
 
 def test_metrics_of_expert_choice_token_choice_and_soft_moe():
   def metrics(name, capacity_factor):
     layer = make_layer(router_lib.RouterConfig(name=name, capacity_factor=capacity_factor))
-    return layer.apply(layer.init(jax.random.PRNGKey(1), X), X)[1]
+    return jax.jit(lambda: layer.apply(layer.init(jax.random.PRNGKey(1), X), X)[1])()
   ec = metrics('softmax_ec', 1)
   # S = 16 tokens, E = 4, C = 4: the 16 slots are all filled, so 1 expert per token on average.
   np.testing.assert_allclose(ec['expert_load'], np.ones(4))
@@ -124,9 +136,9 @@ def test_metrics_of_expert_choice_token_choice_and_soft_moe():
 def test_evaluation_is_deterministic():
   config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
   layer = make_layer(config)
-  variables = layer.init(jax.random.PRNGKey(1), X)
-  a = layer.apply(variables, X, rngs={'gating': jax.random.PRNGKey(0)})[0]
-  b = layer.apply(variables, X, rngs={'gating': jax.random.PRNGKey(1)})[0]
+  variables = init_variables(layer)
+  evaluate = jax.jit(lambda gating_rng: layer.apply(variables, X, rngs={'gating': gating_rng})[0])
+  a, b = evaluate(jax.random.PRNGKey(0)), evaluate(jax.random.PRNGKey(1))
   np.testing.assert_array_equal(a, b)
 
 
@@ -136,7 +148,8 @@ def test_experts_start_shared_or_independent(expert_init):
   # Xavier-uniform initialiser, bound sqrt(6 / (D + F)); 'independent': E different draws.
   layer = moe.Experts(NUM_EXPERTS, MLP_DIM, expert_init=expert_init)
   buffers = jnp.zeros((NUM_EXPERTS, 2, 3, 16))                     # (E, G, C, D), D = 16.
-  params = layer.init(jax.random.PRNGKey(0), buffers, train=False)['params']
+  params = jax.jit(functools.partial(layer.init, train=False))(jax.random.PRNGKey(0),
+                                                               buffers)['params']
   wi = params['wi']
   assert wi.shape == (NUM_EXPERTS, 16, MLP_DIM)
   assert float(jnp.max(jnp.abs(wi))) <= np.sqrt(6 / (16 + MLP_DIM))

@@ -8,10 +8,14 @@ import pytest
 
 from vmoe.routing import affinity
 
-# Jitted with static sizes so hypothesis examples of one shape share a compilation.
+# Jitted with static sizes so hypothesis examples of one shape share a compilation; and jitted at
+# all because run eagerly, every operation outside the solvers' loops compiles on its own.
 sinkhorn = jax.jit(affinity.sinkhorn, static_argnums=(1,))
 sparsity_constrained = jax.jit(affinity.sparsity_constrained, static_argnums=(1, 2),
-                               static_argnames=('warm_start_iters',))
+                               static_argnames=('num_steps', 'warm_start_iters'))
+solve_semi_dual = jax.jit(affinity._solve_semi_dual, static_argnums=(2, 3, 4, 5))
+entropic_potentials = jax.jit(affinity._entropic_potentials, static_argnums=(1,))
+semi_dual_value_and_grad = jax.jit(affinity.semi_dual_value_and_grad, static_argnums=(3,))
 
 
 def random_logits(seed, num_tokens, num_experts, scale):
@@ -67,7 +71,7 @@ def test_sinkhorn_updates_in_otts_order_and_count():
   # magnitude < 16, so a logsumexp rounds by about 16 * 2^-24 = 1e-6, and Sinkhorn's updates
   # contract errors rather than add them) matches ott's within 1e-5 (measured: 2e-7).
   logits = random_logits(5, 16, 4, 3.0)
-  plan = np.asarray(affinity.sinkhorn(logits, 20), np.float64)
+  plan = np.asarray(sinkhorn(logits, 20), np.float64)
   np.testing.assert_allclose(plan, ott_sinkhorn(logits, 20), rtol=0, atol=1e-5)
   for other in (ott_sinkhorn(logits, 19), ott_sinkhorn(logits, 21),
                 ott_sinkhorn(logits, 20, column_first=False)):
@@ -78,14 +82,13 @@ def test_sinkhorn_is_invariant_to_row_and_column_shifts():
   # Adding a constant to a row or a column of the cost does not change the OT plan.
   logits = random_logits(1, 12, 4, 1.0)
   shifted = logits + jnp.arange(12.0)[:, None] - 2.0 * jnp.arange(4.0)[None, :]
-  np.testing.assert_allclose(affinity.sinkhorn(logits, 50), affinity.sinkhorn(shifted, 50),
-                             atol=1e-5)
+  np.testing.assert_allclose(sinkhorn(logits, 50), sinkhorn(shifted, 50), atol=1e-5)
 
 
 def test_sinkhorn_is_differentiable_for_the_ablation():
   # Without the softmax-combine trick the combine weights are plan entries: gradients must exist.
   logits = random_logits(2, 8, 4, 1.0)
-  grad = jax.grad(lambda l: affinity.sinkhorn(l, 10)[0, 0])(logits)
+  grad = jax.jit(jax.grad(lambda l: affinity.sinkhorn(l, 10)[0, 0]))(logits)
   assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
 
 
@@ -120,8 +123,8 @@ def test_sparsity_constrained_rows_approach_one_on_average(scale):
   # per problem was 0.03-0.11 against 0.15-0.35 at the start, and at most 0.35 for one problem.
   scores = jax.nn.softmax(scale * jax.random.normal(jax.random.PRNGKey(7), (200, 32, 4)))
   row_error = lambda plans: jnp.mean(jnp.abs(plans.sum(axis=-1) - 1), axis=-1)
-  solved = row_error(jax.vmap(lambda s: affinity.sparsity_constrained(s, 8, 20))(scores))
-  start = row_error(jax.vmap(lambda s: affinity.sparsity_constrained(s, 8, 0))(scores))
+  solved = row_error(jax.vmap(lambda s: sparsity_constrained(s, 8, 20))(scores))
+  start = row_error(jax.vmap(lambda s: sparsity_constrained(s, 8, 0))(scores))
   assert float(jnp.mean(solved)) < 0.5 * float(jnp.mean(start))
   assert float(jnp.mean(solved > start)) < 0.02
 
@@ -132,8 +135,8 @@ def test_sparsity_constrained_solver_balances_tokens():
   scores = jax.nn.softmax(random_logits(3, 400, 32, 1.0))   # B/32: 8 images x 50 tokens.
   row_error = lambda plan: float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1)))
   dropped = lambda plan: float(jnp.mean((plan > 0).sum(axis=1) == 0))
-  start = affinity.sparsity_constrained(scores, 12, num_steps=0)
-  solved = affinity.sparsity_constrained(scores, 12, num_steps=20)
+  start = sparsity_constrained(scores, 12, num_steps=0)
+  solved = sparsity_constrained(scores, 12, num_steps=20)
   top = jax.lax.top_k(scores.T, 12)[1]
   np.testing.assert_array_equal(jnp.sort(jax.lax.top_k(start.T, 12)[1], 1), jnp.sort(top, 1))
   assert row_error(solved) < 0.5 * row_error(start)
@@ -146,8 +149,8 @@ def test_sparsity_constrained_balances_nearly_uniform_scores():
   # scale, 10 steps never left alpha = 0 here (row error 0.500 at 0 and 10 steps).
   scores = jax.nn.softmax(0.01 * random_logits(8, 272, 8, 1.0))
   row_error = lambda plan: float(jnp.mean(jnp.abs(plan.sum(axis=1) - 1)))
-  start = affinity.sparsity_constrained(scores, 34, num_steps=0)
-  solved = affinity.sparsity_constrained(scores, 34, num_steps=10)
+  start = sparsity_constrained(scores, 34, num_steps=0)
+  solved = sparsity_constrained(scores, 34, num_steps=10)
   assert row_error(solved) < 0.25 * row_error(start), (row_error(solved), row_error(start))
 
 
@@ -160,9 +163,9 @@ def test_entropic_start_is_sinkhorn_at_temperature_eps():
   # after 100 by 1.5e-6).
   scores = jax.nn.softmax(random_logits(11, 32, 4, 1.0))
   eps = affinity.WARM_START_TEMPERATURE * jnp.std(scores)
-  alpha, usable = affinity._entropic_potentials(scores.T, 100)
+  alpha, usable = entropic_potentials(scores.T, 100)
   assert usable
-  plan = affinity.sinkhorn(scores / eps, num_iters=100)
+  plan = sinkhorn(scores / eps, 100)
   per_expert = alpha[:, None] + eps * jnp.log(plan) - scores
   np.testing.assert_allclose(per_expert - per_expert[:1], 0.0, atol=1e-5)
 
@@ -173,7 +176,7 @@ def test_entropic_start_is_finite_and_ranks_tokens_by_demand(scale):
   # a token no expert wants.
   scores = jax.nn.softmax(random_logits(12, 64, 8, scale))
   scores = scores.at[0].set(1.0).at[1].set(0.0)
-  alpha, usable = affinity._entropic_potentials(scores.T, 10)
+  alpha, usable = entropic_potentials(scores.T, 10)
   assert usable and np.isfinite(alpha).all() and alpha[0] > alpha[1]
 
 
@@ -184,14 +187,14 @@ def test_warm_start_balances_better_in_half_the_steps():
   logits = jax.random.normal(jax.random.PRNGKey(13), (8, 272, 8))
   scores = jax.nn.softmax(logits)
   row_error = lambda plans: float(jnp.mean(jnp.abs(plans.sum(axis=-1) - 1)))
-  warm = jax.vmap(lambda s: affinity.sparsity_constrained(s, 34, 5, warm_start_iters=10))(scores)
-  cold = jax.vmap(lambda s: affinity.sparsity_constrained(s, 34, 10))(scores)
+  warm = jax.vmap(lambda s: sparsity_constrained(s, 34, 5, warm_start_iters=10))(scores)
+  cold = jax.vmap(lambda s: sparsity_constrained(s, 34, 10))(scores)
   assert row_error(warm) < 0.5 * row_error(cold), (row_error(warm), row_error(cold))
 
 
 def test_sparsity_constrained_gradient_is_finite():
   scores = jax.nn.softmax(random_logits(4, 16, 4, 1.0))
-  grad = jax.grad(lambda s: jnp.sum(affinity.sparsity_constrained(s, 4) ** 2))(scores)
+  grad = jax.jit(jax.grad(lambda s: jnp.sum(affinity.sparsity_constrained(s, 4) ** 2)))(scores)
   assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
 
 
@@ -213,8 +216,9 @@ def test_semi_dual_gradient_is_one_minus_row_sums():
   # The closed form (Danskin) matches autodiff through the projection wherever F is smooth.
   scores_t = jax.nn.softmax(random_logits(5, 24, 4, 1.0)).T
   alpha = 0.01 * jax.random.normal(jax.random.PRNGKey(6), (24,))
-  value, grad = affinity.semi_dual_value_and_grad(alpha, scores_t, 6.0, 6)
-  autodiff = jax.grad(lambda a: affinity.semi_dual_value_and_grad(a, scores_t, 6.0, 6)[0])(alpha)
+  value, grad = semi_dual_value_and_grad(alpha, scores_t, 6.0, 6)
+  autodiff = jax.jit(jax.grad(
+      lambda a: affinity.semi_dual_value_and_grad(a, scores_t, 6.0, 6)[0]))(alpha)
   np.testing.assert_allclose(grad, autodiff, atol=1e-5)
   assert np.isfinite(value)
 
@@ -225,25 +229,28 @@ def test_semi_dual_solver_never_ends_above_its_start(warm_start_iters):
   # F never ends above its start (alpha = 0, plain expert choice, or the entropic warm start) and
   # more steps never end higher.
   scores_t = jax.nn.softmax(random_logits(1, 32, 4, 0.25)).T
-  semi_dual = lambda alpha: float(affinity.semi_dual_value_and_grad(alpha, scores_t, 8.0, 8)[0])
-  values = [semi_dual(affinity._solve_semi_dual(scores_t, 8.0, 8, steps, 3, warm_start_iters)[0])
+  semi_dual = lambda alpha: float(semi_dual_value_and_grad(alpha, scores_t, 8.0, 8)[0])
+  values = [semi_dual(solve_semi_dual(scores_t, 8.0, 8, steps, 3, warm_start_iters)[0])
             for steps in (0, 1, 5, 20)]
   assert values == sorted(values, reverse=True), values
   assert values[-1] < values[0]
   if warm_start_iters:   # Zero steps return the warm start itself.
     np.testing.assert_allclose(
-        affinity._solve_semi_dual(scores_t, 8.0, 8, 0, 3, warm_start_iters)[0],
-        affinity._entropic_potentials(scores_t, warm_start_iters)[0], rtol=1e-5, atol=1e-6)
+        solve_semi_dual(scores_t, 8.0, 8, 0, 3, warm_start_iters)[0],
+        entropic_potentials(scores_t, warm_start_iters)[0], rtol=1e-5, atol=1e-6)
 
 
 def test_solver_report_row_error_and_unusable_warm_start(monkeypatch):
   # row_error is mean_t |sum_e Pi[t, e] - 1| of the returned plan; a warm start that is not
   # finite (replaced by 0) is reported as a fallback even when the steps then help.
   scores = jax.nn.softmax(random_logits(5, 32, 4, 1.0))
-  plan, report = affinity.sparsity_constrained_with_info(scores, 8, 5, warm_start_iters=10)
+  # A new function each time: a jitted one traced before the monkeypatch would not see it.
+  solve = lambda: jax.jit(
+      lambda s: affinity.sparsity_constrained_with_info(s, 8, 5, warm_start_iters=10))(scores)
+  plan, report = solve()
   np.testing.assert_allclose(report.row_error, jnp.mean(jnp.abs(plan.sum(axis=1) - 1)), rtol=1e-6)
   assert float(report.fell_back) == 0.0
   monkeypatch.setattr(affinity, '_entropic_potentials',
                       lambda scores_t, iters: (jnp.zeros(scores_t.shape[1]), jnp.array(False)))
-  _, report = affinity.sparsity_constrained_with_info(scores, 8, 5, warm_start_iters=10)
+  _, report = solve()
   assert float(report.fell_back) == 1.0

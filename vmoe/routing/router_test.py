@@ -1,4 +1,6 @@
 """Tests of the router registry, its configuration checks and the Router module."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,9 @@ from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import names
 from vmoe.routing import router as router_lib
+
+# Jitted (a RouterConfig is hashable): run eagerly, every operation of a router compiles on its own.
+route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2))
 
 
 def test_registry_has_the_paper_routers_and_rejects_unknown_names():
@@ -94,8 +99,12 @@ def test_router_parameters_and_outputs(name):
   config = router_lib.RouterConfig(name=name, capacity_factor=2)
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))        # G=3 groups of S=16 tokens.
   module = router_lib.Router(config, num_experts=4)
-  params = module.init(jax.random.PRNGKey(1), x, train=False)['params']
-  route, aux = module.apply({'params': params}, x, train=False)
+
+  @jax.jit   # The init and the routing in one program: one compilation.
+  def init_and_route():
+    params = module.init(jax.random.PRNGKey(1), x, train=False)['params']
+    return params, *module.apply({'params': params}, x, train=False)
+  params, route, aux = init_and_route()
   capacity = 8                                                     # round(2 * 16 / 4).
   if name == 'soft_moe':
     assert params['phi'].shape == (8, 4, capacity) and params['scale'].shape == ()
@@ -141,7 +150,7 @@ def test_every_affinity_composes_with_every_allocation():
   for name, spec in router_lib.ROUTERS.items():
     if spec.affinity is None:
       continue
-    tokens, weights, _ = router_lib.route_group(logits, router_lib.RouterConfig(name, 1), 4)
+    tokens, weights, _ = route_group(logits, router_lib.RouterConfig(name, 1), 4)
     assert tokens.shape == weights.shape == (4, 4), name
 
 
@@ -151,7 +160,7 @@ def test_sinkhorn_balances_token_choice():
   logits = jax.random.normal(jax.random.PRNGKey(4), (64, 4)) + jnp.array([4.0, 0.0, 0.0, 0.0])
   dropped = {}
   for name in ('softmax_tc', 'sinkhorn_tc'):
-    tokens, _, _ = router_lib.route_group(logits, router_lib.RouterConfig(name, 1), 16)
+    tokens, _, _ = route_group(logits, router_lib.RouterConfig(name, 1), 16)
     dropped[name] = 1 - int((tokens < 64).sum()) / 64
   assert dropped['softmax_tc'] >= 0.7                              # 48 of 64 tokens lose out.
   assert dropped['sinkhorn_tc'] <= 0.2
@@ -215,13 +224,20 @@ def test_sparse_router_kernel_is_bias_free_lecun_normal():
 def solver_metrics(x_by_token, kernel_row, steps=5):
   """The sparsity_ec Router's solver metrics on G = 3 groups of 4 tokens whose logits are
   x_by_token[t] * kernel_row (D = 8, only feature 0 nonzero), E = 2, c = 1 (C = 2)."""
+  metrics = _solver_metrics(jnp.asarray(x_by_token, jnp.float32),
+                            jnp.asarray(kernel_row, jnp.float32), steps)
+  return float(metrics['solver_fallbacks']), float(metrics['solver_row_error'])
+
+
+@functools.partial(jax.jit, static_argnums=(2,))   # One compilation per step count.
+def _solver_metrics(x_by_token, kernel_row, steps):
   config = router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_steps=steps,
                                 sparsity_warm_start=0)   # The cases below reason from alpha = 0.
-  x = jnp.zeros((3, 4, 8)).at[:, :, 0].set(jnp.asarray(x_by_token, jnp.float32))
-  kernel = jnp.zeros((8, 2)).at[0].set(jnp.asarray(kernel_row, jnp.float32))
+  x = jnp.zeros((3, 4, 8)).at[:, :, 0].set(x_by_token)
+  kernel = jnp.zeros((8, 2)).at[0].set(kernel_row)
   _, metrics = router_lib.Router(config, num_experts=2).apply({'params': {'kernel': kernel}}, x,
                                                            train=False)
-  return float(metrics['solver_fallbacks']), float(metrics['solver_row_error'])
+  return metrics
 
 
 def test_sparsity_router_reports_the_solver_health():
