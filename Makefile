@@ -67,10 +67,11 @@ fashion-mnist:
 	fi
 
 # Two pytest workers (pytest-xdist), one per core of the 2-core machine CI runs on; the embedded
-# data sets are prepared first so that the workers do not race to prepare them.
+# data sets are prepared first so that the workers do not race to prepare them. loadgroup keeps
+# the tests that share a result computed in process (pytest.mark.xdist_group) on one worker.
 test: install
 	$(PY) -m data.prepare embedded
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 bench: install
 	$(PY) -m bench.moe_layer --groups 16 --out bench/results/moe_layer.json

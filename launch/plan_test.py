@@ -63,6 +63,12 @@ def small_plan(once_per_session, tmp_path_factory) -> dict:
       str(tmp_path_factory.mktemp('plan_cache'))))
 
 
+# The tests that read small_plan run on one pytest-xdist worker (make test: --dist loadgroup),
+# which measures it as the first asks: another worker would wait for it, idle.
+SHARES_SMALL_PLAN = pytest.mark.xdist_group('plan_test_small_plan')
+
+
+@SHARES_SMALL_PLAN
 def test_a_row_counts_the_state_and_the_step(small_plan):
   row = small_plan['rows'][0]               # As JSON: the mesh tuple is a list.
   assert row['mesh'] == [1, 1] and row['batch_per_device'] == 256
@@ -79,6 +85,7 @@ def test_a_row_counts_the_state_and_the_step(small_plan):
   assert '| mu/32 | one CPU | XLA:CPU | 1 x 1 | 256 |' in table and '| softmax_ec |' in table
 
 
+@SHARES_SMALL_PLAN
 def test_precision_columns_measure_bfloat16_and_remat_memory(small_plan):
   row = small_plan['rows'][0]
   peaks = row['precision_peak_bytes']
@@ -174,6 +181,7 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
   assert row['precision_peak_bytes']['bf16'] > row['argument_bytes']
 
 
+@SHARES_SMALL_PLAN
 def test_measurements_are_cached_once_per_program(small_plan):
   # A resumed or concurrent plan reads the counters back; two slices compiling the same program
   # (same arch, router, compiler and device count) share one measurement.

@@ -84,6 +84,11 @@ def short_run(short_config, once_per_session, tmp_path_factory):
   return run
 
 
+# The tests that read the short runs run on one pytest-xdist worker (make test: --dist
+# loadgroup), which trains them as the first asks: another worker would wait for them, idle.
+SHARES_SHORT_RUN = pytest.mark.xdist_group('trainer_test_short_run')
+
+
 def flags(overrides: dict) -> list[str]:
   return [f'--config.{k}={v}' for k, v in overrides.items()]
 
@@ -92,6 +97,7 @@ def losses(workdir: str) -> dict:
   return {step: m['loss'] for step, m in observability.read_metrics(workdir).items() if 'loss' in m}
 
 
+@SHARES_SHORT_RUN
 @pytest.mark.parametrize('precision', PRECISIONS)
 def test_short_run_learns_and_writes_its_summary(short_config, short_run, precision):
   overrides = PRECISIONS[precision]
@@ -188,6 +194,7 @@ def saved_params(workdir, step: int):
   return ocp.StandardCheckpointer().restore(path)['params']
 
 
+@SHARES_SHORT_RUN
 def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end(
     short_config, short_run, tmp_path):
   uninterrupted = short_run('float32').workdir     # Checkpoints 30 and 40 (keep=2).
@@ -219,6 +226,7 @@ def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
                           stderr=stderr or subprocess.STDOUT, text=True)
 
 
+@SHARES_SHORT_RUN
 def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_run, tmp_path):
   # The uninterrupted run is the session's float32 short run, trained in process: main.py trains
   # the same program on the same batches (its compiled step from the session's compilation cache,
