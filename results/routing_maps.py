@@ -82,10 +82,12 @@ def token_experts(route, images: int, tokens_per_image: int) -> tuple[np.ndarray
   return (expert.reshape(images, tokens_per_image), weight.reshape(images, tokens_per_image))
 
 
-def route_images(workdir: str, images: np.ndarray) -> list[LayerRouting]:
+def route_images(workdir: str, images: np.ndarray,
+                 experiment: experiment_lib.Experiment | None = None) -> list[LayerRouting]:
   """Every MoE layer's routing of `images` ((B, H, W, C) in the model's input range) by the
-  newest intact checkpoint of the run in `workdir` (read as a resumed run would, moving nothing)."""
-  program = train_program.build(recorded_experiment(workdir))
+  newest intact checkpoint of the run in `workdir` (read as a resumed run would, moving nothing);
+  `experiment`: the run's, if already read (recorded_experiment)."""
+  program = train_program.build(experiment or recorded_experiment(workdir))
   restored = checkpointing.read_latest(workdir, checkpointing.abstract_with_shardings(
       program.abstract_state, program.state_shardings))
   if restored is None:
@@ -202,7 +204,7 @@ def write(root: str, out: str) -> str | None:
       images = test_images(experiment.moe.group_size)
       patch, num_experts = experiment.model.patch, experiment.moe.num_experts
     title = paper.row_title(run.key[2], run.key[3])
-    for layer in route_images(workdir, images):
+    for layer in route_images(workdir, images, experiment):
       rows.append((f'{title}\n{layer.block}', layer))
   return draw(images, rows, patch, num_experts, out)
 
