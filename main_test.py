@@ -111,6 +111,7 @@ def test_unknown_router(runs):
   assert_user_error(runs['unknown_router'], "Error: unknown router 'foo'; valid routers: "
                     'sinkhorn_ec, sinkhorn_tc, soft_moe, softmax_ec, softmax_tc, sparsity_ec, '
                     "sparsity_tc. (Or 'dense': the ViT without MoE layers.)")
+  assert not os.path.exists(runs['unknown_router']['workdir'])    # Failed before training.
 
 
 def test_verbose_adds_the_traceback(runs):
@@ -137,6 +138,7 @@ def test_an_installed_package_named_as_the_repos_does_not_shadow_it(runs):
 def test_unknown_key(runs):
   assert_user_error(runs['unknown_key'], 'Error: a --config override names a key the config '
                     'lacks: \'modle\'. Did you mean "model" instead of "modle"?')
+  assert not os.path.exists(runs['unknown_key']['workdir'])       # Failed before training.
 
 
 def test_bad_value(runs):

@@ -364,15 +364,3 @@ def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
   log = (tmp_path / 'log.txt').read_text(encoding='utf-8')
   assert 'checkpoint_manager.py' in log and 'Load dataset info' in log   # orbax's, tfds'.
   assert all(line in log for line in lines)
-
-
-def test_bad_flags_fail_before_training_with_a_clear_message(tmp_path):
-  result = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py:router=softmax',
-                           f'--workdir={tmp_path / "a"}'], cwd=REPO, capture_output=True, text=True)
-  assert result.returncode != 0
-  assert "unknown router 'softmax'" in result.stderr and 'sinkhorn_ec' in result.stderr
-  typo = subprocess.run([sys.executable, 'main.py', '--config=configs/tiny.py',
-                         f'--workdir={tmp_path / "b"}', '--config.num_train_step=5'],
-                        cwd=REPO, capture_output=True, text=True)
-  assert typo.returncode != 0 and 'num_train_step' in typo.stderr
-  assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
