@@ -69,7 +69,8 @@ if _OWN_CACHE:
 
 
 def pytest_configure(config):
-  del config
+  # pytest-xdist's mark, known also when a run goes without it (-p no:xdist).
+  config.addinivalue_line('markers', 'xdist_group(name): run on the same pytest-xdist worker')
   _STDERR.append(os.dup(2))
 
 

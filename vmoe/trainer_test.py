@@ -1,14 +1,14 @@
 """End-to-end tests of the trainer and main.py on the tiny Fashion-MNIST config.
 
-Each short run (SHORT, at either precision) is trained once per session, in process, by the
-`short_run` fixture: the float32 run is checked by the summary test, copied and resumed from a
-corrupt checkpoint, and is the uninterrupted run that a killed main.py run must match step for
-step. Every other run is the test's own.
+Each short run (SHORT, at either precision) is trained once per session (per pytest-xdist
+worker), in process, by the `short_run` fixture: the float32 run is checked by the summary test,
+copied and resumed from a corrupt checkpoint, and is the uninterrupted run that a killed main.py
+run must match step for step. Every other run is the test's own.
 """
+import functools
 import json
 import os
 import pathlib
-import pickle
 import shutil
 import signal
 import subprocess
@@ -66,27 +66,21 @@ class ShortRun(NamedTuple):
   summary: run_protocol.RunSummary
 
 
-@pytest.fixture(scope='session')
-def short_run(short_config, once_per_session, tmp_path_factory):
-  """short_run(precision) -> ShortRun of short_config(**PRECISIONS[precision]), trained in process
-  once per session (conftest.py's once_per_session, whichever pytest-xdist worker asks first).
-  once_per_session shares JSON, so the returned summary travels pickled beside the workdir: the
-  tests compare the object itself with summary.json."""
-  def run(precision: str) -> ShortRun:
-    def train() -> str:
-      path = tmp_path_factory.mktemp(f'short_run_{precision}')
-      summary = trainer.train_and_evaluate(short_config(**PRECISIONS[precision]),
-                                           str(path / 'workdir'), 'configs/tiny.py')
-      (path / 'summary.pickle').write_bytes(pickle.dumps(summary))
-      return str(path)
-    path = pathlib.Path(once_per_session(f'trainer_test_short_run_{precision}', train))
-    return ShortRun(path / 'workdir', pickle.loads((path / 'summary.pickle').read_bytes()))
-  return run
-
-
 # The tests that read the short runs run on one pytest-xdist worker (make test: --dist
-# loadgroup), which trains them as the first asks: another worker would wait for them, idle.
+# loadgroup), whose session trains each run once for all of them.
 SHARES_SHORT_RUN = pytest.mark.xdist_group('trainer_test_short_run')
+
+
+@pytest.fixture(scope='session')
+def short_run(short_config, tmp_path_factory):
+  """short_run(precision) -> ShortRun of short_config(**PRECISIONS[precision]), trained in process
+  once per session (per worker: the tests that use it carry SHARES_SHORT_RUN)."""
+  @functools.cache
+  def run(precision: str) -> ShortRun:
+    workdir = tmp_path_factory.mktemp(f'short_run_{precision}') / 'workdir'
+    return ShortRun(workdir, trainer.train_and_evaluate(
+        short_config(**PRECISIONS[precision]), str(workdir), 'configs/tiny.py'))
+  return run
 
 
 def flags(overrides: dict) -> list[str]:
@@ -207,7 +201,7 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['30', '40', 'corrupt-40']
   # Steps 31-40 were trained twice (metrics.jsonl has two loss records of each), the second time
   # from step 30's checkpoint, by the same compiled program (the session's compilation cache,
-  # conftest.py; in this process or another pytest-xdist worker): bit-identical.
+  # conftest.py): bit-identical.
   with open(workdir / observability.METRICS_FILE, encoding='utf-8') as f:
     records = [json.loads(line) for line in f]
   trained = [r['step'] for r in records if 'loss' in r]

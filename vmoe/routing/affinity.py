@@ -259,10 +259,11 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
   or backtracking) costs several projections per step; a unit L-BFGS step costs one, and keeping
   the best iterate stands in for the line search's safeguard. The measurement that chose it was
   made at commit a8a6f16^, when bench/ also solved the same semi-dual with optax's line searches
-  (`git show 46c1fa7^:bench/results/sparsity_solver.json`): unit steps took less than half the time of backtracking
-  steps and reached about the same mean |row sum - 1|, far below that of alpha = 0 (plain Expert Choice on S). The step scale (see
-  _solve_semi_dual) matters for nearly uniform scores: without it, neither unit steps nor
-  backtracking moved from alpha = 0 for logits of std 0.01.
+  (`git show 46c1fa7^:bench/results/sparsity_solver.json`): unit steps took less than half the
+  time of backtracking steps and reached about the same mean |row sum - 1|, far below that of
+  alpha = 0 (plain Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly
+  uniform scores: without it, neither unit steps nor backtracking moved from alpha = 0 for logits
+  of std 0.01.
 
   Gradients: the returned plan is the sparse projection of S - alpha* with the solved potentials
   alpha* held constant (stop-gradient), so it is differentiable in S on the columns' support; the
