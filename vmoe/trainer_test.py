@@ -139,11 +139,12 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short
   assert not (tmp_path / 'summary.json').exists()
 
 
-def test_a_signal_while_compiling_or_evaluating_stops_at_the_next_safe_point(
+def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_point(
     short_config, tmp_path, monkeypatch, capsys):
   """SIGTERM during the first compile: the run stops before step 1 with nothing to save. During
   an evaluation: it stops before the evaluation's next batch and saves its step; the rerun
-  evaluates that step again, so the summary lists every evaluation once."""
+  evaluates that step again. Ctrl-C (SIGINT) during step 15 of that rerun: it saves step 15 and
+  exits 130. The last rerun ends the run, whose summary lists every evaluation once."""
   config = short_config(**{'num_train_steps': 20, 'eval.every_steps': 10,
                            'checkpoint.every_steps': 20, 'fewshot.every_steps': 20})
   compile_step = trainer.train_program.TrainProgram.compile
@@ -175,6 +176,23 @@ def test_a_signal_while_compiling_or_evaluating_stops_at_the_next_safe_point(
   assert 'Preempted at step 10: checkpoint saved' in capsys.readouterr().out
   assert os.listdir(tmp_path / 'checkpoints') == ['10'] and max(losses(str(tmp_path))) == 10
   assert not (tmp_path / 'summary.json').exists()
+  monkeypatch.undo()
+
+  log_step = trainer.loop_actions.Actions.log
+
+  def ctrl_c_during_step_15(actions, step, *args, **kwargs):   # Logged every step (SHORT).
+    log_step(actions, step, *args, **kwargs)
+    if step == 15:
+      signal.raise_signal(signal.SIGINT)
+
+  monkeypatch.setattr(trainer.loop_actions.Actions, 'log', ctrl_c_during_step_15)
+  with pytest.raises(SystemExit) as interrupted:
+    trainer.train_and_evaluate(config, str(tmp_path))
+  assert interrupted.value.code == run_protocol.INTERRUPTED == 130
+  assert 'Interrupted at step 15: checkpoint saved' in capsys.readouterr().out
+  # keep=2: the interrupt checkpoint is the newer of two, at the last step trained.
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['10', '15']
+  assert max(losses(str(tmp_path))) == 15 and not (tmp_path / 'summary.json').exists()
   monkeypatch.undo()
 
   summary = trainer.train_and_evaluate(config, str(tmp_path))
@@ -246,24 +264,6 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short
   resumed = losses(str(workdir))
   assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 41))
   assert resumed == uninterrupted
-
-
-def test_ctrl_c_saves_a_checkpoint_where_the_run_stands_and_exits_130(tmp_path):
-  overrides = {**SHORT[1], 'num_train_steps': 100000, 'checkpoint.every_steps': 20}
-  run = run_main(tmp_path, overrides)
-  deadline = time.time() + 300
-  while not os.path.isdir(tmp_path / 'checkpoints' / '20'):   # Training is under way.
-    assert run.poll() is None and time.time() < deadline, run.communicate()[0][-3000:]
-    time.sleep(0.01)
-  run.send_signal(signal.SIGINT)
-  output = run.communicate(timeout=300)[0]
-  saved = sorted(int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit())
-  assert run.returncode == run_protocol.INTERRUPTED == 130, output[-3000:]
-  # keep=2: the interrupt checkpoint is the newest of two (one if Ctrl-C came at step 20 itself);
-  # it is the last step trained.
-  assert len(saved) <= 2 and saved[-1] == max(losses(str(tmp_path))) >= 20
-  assert f'Interrupted at step {saved[-1]}: checkpoint saved' in output
-  assert not (tmp_path / 'summary.json').exists()
 
 
 # main.py with orbax's array writer failing as TensorStore does on a full disk once checkpoint 10
