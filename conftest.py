@@ -94,9 +94,10 @@ def once_per_session(tmp_path_factory):
   For results that cost minutes of subprocesses (vmoe/multidevice_test.py, main_test.py). Under
   pytest-xdist every worker that gets a test needing the result asks for it: the first to take a
   lock in the session's shared temporary directory computes it and leaves it there as NAME.json;
-  the others wait for the lock and read it. A result computed in process keeps its waiting
-  worker idle: the tests that share one carry one pytest.mark.xdist_group, which `make test`'s
-  --dist loadgroup runs on one worker.
+  the others wait for the lock and read it. A result computed in process would keep the waiting
+  workers idle: it belongs in a session fixture instead, whose tests carry one
+  pytest.mark.xdist_group, which `make test`'s --dist loadgroup runs on one worker
+  (vmoe/trainer_test.py's short_run, launch/plan_test.py's small_plan).
   """
   session_dir = tmp_path_factory.getbasetemp()
   if os.environ.get('PYTEST_XDIST_WORKER'):

@@ -55,23 +55,22 @@ def plan_small_model(cache_dir: str) -> dict:
   return {'rows': rows, 'measured': len(measured), 'cache_files': sorted(os.listdir(cache_dir))}
 
 
-@pytest.fixture(scope='module')
-def small_plan(once_per_session, tmp_path_factory) -> dict:
-  """plan_small_model() once per test session (conftest.py): the tests below share its three
-  compiled programs."""
-  return once_per_session('plan_small_model', lambda: plan_small_model(
-      str(tmp_path_factory.mktemp('plan_cache'))))
+@pytest.fixture(scope='session')
+def small_plan(tmp_path_factory) -> dict:
+  """plan_small_model(), once per session (per worker: the tests that read it carry
+  SHARES_SMALL_PLAN): they share its three compiled programs."""
+  return plan_small_model(str(tmp_path_factory.mktemp('plan_cache')))
 
 
 # The tests that read small_plan run on one pytest-xdist worker (make test: --dist loadgroup),
-# which measures it as the first asks: another worker would wait for it, idle.
+# whose session measures it once for all of them.
 SHARES_SMALL_PLAN = pytest.mark.xdist_group('plan_test_small_plan')
 
 
 @SHARES_SMALL_PLAN
 def test_a_row_counts_the_state_and_the_step(small_plan):
-  row = small_plan['rows'][0]               # As JSON: the mesh tuple is a list.
-  assert row['mesh'] == [1, 1] and row['batch_per_device'] == 256
+  row = small_plan['rows'][0]
+  assert row['mesh'] == (1, 1) and row['batch_per_device'] == 256
   assert row['param_bytes'] == row['param_bytes_total'] == 4 * row['num_params']
   # Adam's two float32 moments, plus a few scalars (step counts), however optax nests them.
   assert 2 * row['param_bytes'] <= row['optimizer_bytes'] <= 2 * row['param_bytes'] + 64
