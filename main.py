@@ -58,10 +58,8 @@ def main(argv):
   # the config file's are fitted to the devices (vmoe/experiment.py).
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))
-  # So do the workdir's checks (train_and_evaluate repeats them for callers in process: both
-  # are idempotent).
-  workdir_lib.prepare(_WORKDIR.value)
-  workdir_lib.guard(_WORKDIR.value, experiment)
+  # So do the workdir's checks (train_and_evaluate claims it again for callers in process).
+  workdir_lib.claim(_WORKDIR.value, experiment)
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top

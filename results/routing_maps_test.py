@@ -42,8 +42,7 @@ def saved_run(workdir, experiment, steps):
   """A workdir as a run leaves it: its config.json and checkpoints of `steps` (state: the fresh
   initialisation, step s's parameters scaled by s); returns the model and each step's
   parameters."""
-  workdir_lib.prepare(str(workdir))
-  workdir_lib.guard(str(workdir), experiment)
+  workdir_lib.claim(str(workdir), experiment)
   program = train_program.build(experiment)
   state = program.init_state(jax.random.PRNGKey(0))
   manager = checkpointing.make_manager(str(workdir), experiment.checkpoint)

@@ -60,8 +60,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   # parsed).
   sources.check_available(experiment.data)
   train_evals.check_available(experiment.data, experiment.fewshot)
-  workdir_lib.prepare(workdir)
-  workdir_lib.guard(workdir, experiment)
+  workdir_lib.claim(workdir, experiment)
   with preemption.StopAgreement() as stop:
     return train(experiment, workdir, config_file, stop)
 

@@ -16,6 +16,13 @@ from vmoe import experiment as experiment_lib
 from vmoe import run_protocol
 
 
+def claim(workdir: str, experiment: experiment_lib.Experiment) -> None:
+  """A run's start in `workdir`: prepare() then guard(). Idempotent: a caller may claim a workdir
+  that its own caller claimed already (main.py does, before the trainer's imports)."""
+  prepare(workdir)
+  guard(workdir, experiment)
+
+
 def prepare(workdir: str) -> None:
   """Creates `workdir` and writes a probe file in it, so that a path the user cannot write fails
   now, as a UserError naming it, not at the first checkpoint."""

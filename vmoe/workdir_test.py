@@ -16,10 +16,13 @@ def test_a_workdir_that_cannot_be_written_is_a_user_error(tmp_path):
 
 
 def test_a_different_config_in_the_same_workdir_is_refused(tiny_experiment, tmp_path):
-  workdir.guard(str(tmp_path), tiny_experiment('router=softmax_ec'))
-  workdir.guard(str(tmp_path), tiny_experiment('router=softmax_ec'))   # The same: accepted.
+  # claim: prepare and guard, as main.py and then the trainer do, on a workdir made by it.
+  run = tmp_path / 'run'
+  workdir.claim(str(run), tiny_experiment('router=softmax_ec'))
+  workdir.claim(str(run), tiny_experiment('router=softmax_ec'))   # The same: accepted.
+  assert sorted(p.name for p in run.iterdir()) == [run_protocol.CONFIG_FILE]   # Probe removed.
   with pytest.raises(errors.UserError, match='holds a run of a different config.*moe'):
-    workdir.guard(str(tmp_path), tiny_experiment('router=sinkhorn_ec'))
+    workdir.guard(str(run), tiny_experiment('router=sinkhorn_ec'))
 
 
 def test_a_workdir_of_the_older_config_format_is_refused_saying_so(tiny_experiment, tmp_path):
