@@ -15,7 +15,8 @@ fast-compile flags most programs compile in under the default second.
 The `hard_deadline` fixture is base/watchdog.py's backstop for tests of background threads;
 `once_per_session` shares a costly result among the session's pytest-xdist workers;
 `tiny_experiment` builds configs/tiny.py's record for the end-to-end tests under vmoe/, which do
-not import configs/ (imports go configs -> vmoe, never back).
+not import configs/ (imports go configs -> vmoe, never back). `pytest --cpu-report=FILE`
+(base/cpu_report_testutil.py) writes what each test costs in CPU, its subprocesses included.
 """
 import fcntl
 import functools
@@ -31,6 +32,7 @@ from base import atomic
 from base import fast_compile
 from base import watchdog
 
+pytest_plugins = ('base.cpu_report_testutil',)     # pytest --cpu-report=FILE
 os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {fast_compile.as_xla_flags()}'.strip()
 _STDERR = []   # A copy of the session's real stderr, made before pytest captures it.
 # The session's compilation cache: made by the process pytest started, before any jax import;
