@@ -54,7 +54,7 @@ def main(argv):
   run_log.hold(verbose=_VERBOSE.value or cli.verbose([]))   # [] : the flag, or VMOE_VERBOSE.
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   # The config is parsed into typed sections once; a bad one fails here, in seconds: the
-  # trainer's imports (TensorFlow, clu, wandb) come after. Batch sizes the user set are kept;
+  # trainer's imports (TensorFlow, TFDS, orbax) come after. Batch sizes the user set are kept;
   # the config file's are fitted to the devices (vmoe/experiment.py).
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))

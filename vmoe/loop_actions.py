@@ -1,18 +1,19 @@
 """What the training loop does besides its steps, and what a checkpoint records for it.
 
-The trainer (vmoe/trainer.py) runs one training step at a time and, after each, clu periodic
-actions whose callbacks are Actions' methods: log (metrics, progress line), save (a checkpoint of
-the state and its RunRecord) and evaluate (train_evals' evaluations, appended to the record).
+The trainer (vmoe/trainer.py) runs one training step at a time and, after each, Actions'
+`after_step`, which does what the experiment's schedule says is due at that step: log (metrics,
+progress line), save (a checkpoint of the state and its RunRecord) and evaluate (train_evals'
+evaluations, appended to the record).
 They share the run's state explicitly: the RunRecord a checkpoint holds, the TrainClock that
 counts training time without them, the losses not yet checked for NaN, the last step saved. On a
 stop request (vmoe/preemption.py) `stop` saves where the run stands and exits.
 """
 import contextlib
 import dataclasses
+import functools
 import time
 from typing import Any, Callable
 
-from clu import metric_writers
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -22,6 +23,7 @@ from vmoe import console
 from vmoe import experiment as experiment_lib
 from vmoe import observability
 from vmoe import preemption
+from vmoe import train_evals
 from vmoe import train_program
 
 
@@ -73,16 +75,16 @@ def first_non_finite(pending: list):
 
 @dataclasses.dataclass
 class Actions:
-  """What the loop does besides training steps, each a clu periodic action's callback
-  (step, t, state, metrics) that pauses the clock: log, save, evaluate; `stop` ends the run on a
-  stop request. It keeps the losses not yet checked for NaN (`pending`: they are read only at log
-  and checkpoint steps, since reading one waits for its step) and the last step saved."""
+  """What the loop does besides training steps, each pausing the clock: log, save and evaluate,
+  run by `after_step` when due; `stop` ends the run on a stop request. It keeps the losses not
+  yet checked for NaN (`pending`: they are read only at log and checkpoint steps, since reading
+  one waits for its step) and the last step saved."""
   experiment: experiment_lib.Experiment
   workdir: str
   program: train_program.TrainProgram
   train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
   manager: ocp.CheckpointManager
-  writer: metric_writers.MetricWriter
+  writer: observability.ScalarWriter
   evaluator: Callable               # train_evals.make_evaluator's evaluate(params, step, is_last).
   record: RunRecord
   clock: TrainClock
@@ -102,18 +104,34 @@ class Actions:
           f'{self.last_saved}) is kept in {self.workdir}/checkpoints; lower schedule.peak_lr or '
           'optimizer.grad_clip_norm and resume from it.')
 
-  def log(self, step: int, t=None, *, state, metrics):
+  def after_step(self, step: int, *, state, metrics):
+    """Logs every log_every_steps, saves every checkpoint.every_steps, evaluates at
+    train_evals.due_steps; the last step is logged and saved too. In that order: a checkpoint is
+    saved before its step's evaluation."""
+    e = self.experiment
+    last = step == e.num_train_steps
+    if last or step % e.log_every_steps == 0:
+      self.log(step, state=state, metrics=metrics)
+    if last or step % e.checkpoint.every_steps == 0:
+      self.save(step, state=state)
+    if step in self.evaluation_steps:
+      self.evaluate(step, state=state)
+
+  @functools.cached_property
+  def evaluation_steps(self) -> set[int]:
+    e = self.experiment
+    return train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps)
+
+  def log(self, step: int, *, state, metrics):
     """Writes the step's metrics and learning rate, and the console's progress line."""
-    del t
     with self.clock.paused(state):
       self.check_losses()
       metrics = jax.device_get(metrics)
       self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
       self.progress.report(step, float(metrics['loss']))
 
-  def save(self, step: int, t=None, *, state, metrics=None):
+  def save(self, step: int, *, state):
     """Starts saving `state` and the record (data position, training time) in the background."""
-    del t, metrics
     with self.clock.paused(state):
       self.check_losses()
       self.record.data = self.train_iter.get_state()
@@ -121,9 +139,8 @@ class Actions:
       checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
       self.last_saved = step
 
-  def evaluate(self, step: int, t=None, *, state, metrics=None):
+  def evaluate(self, step: int, *, state):
     """Evaluates `state` (train_evals), writes and prints the results, adds them to the record."""
-    del t, metrics
     with self.clock.paused(state):
       results = self.evaluator(state.params, step, step == self.experiment.num_train_steps)
       self.writer.write_scalars(step, results)

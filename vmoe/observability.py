@@ -1,17 +1,19 @@
-"""Where a run reports: TensorBoard events and logs (clu), a JSON-lines file, wandb, the console.
+"""Where a run reports: TensorBoard events, the log, a JSON-lines file, wandb, the console.
 
-Every writer is a clu MetricWriter, combined into one MultiWriter, so the trainer writes scalars
-once. Only process 0 writes files; the others only log.
+Each writer takes scalars (write_scalars(step, {name: value}), then close()); `Writers` hands
+every write to each, so the trainer writes once. Only process 0 writes files; the others only
+log. TensorBoard events come from tf.summary, imported without Keras (base/no_keras.py).
 """
 import hashlib
 import json
 import os
 import time
 
-from clu import metric_writers
+from absl import logging
 import jax
 import numpy as np
 
+from base import no_keras  # pylint: disable=unused-import  (before TensorFlow's import)
 from vmoe import console
 from vmoe import run_log
 
@@ -23,38 +25,44 @@ def _scalar(value):
   return value.item() if value.size == 1 else value.tolist()
 
 
-class ScalarWriter(metric_writers.MetricWriter):
-  """A MetricWriter for backends that only take scalars: everything else is ignored."""
+class ScalarWriter:
+  """A backend that takes scalars; closing it may release a file or a run."""
 
-  def write_scalars(self, step, scalars):
+  def write_scalars(self, step: int, scalars: dict):
     raise NotImplementedError
-
-  def write_summaries(self, step, values, metadata=None):
-    self.write_scalars(step, {k: v for k, v in values.items() if np.asarray(v).size == 1})
-
-  def write_hparams(self, hparams):
-    pass
-
-  def write_images(self, step, images):
-    pass
-
-  def write_videos(self, step, videos):
-    pass
-
-  def write_audios(self, step, audios, *, sample_rate):
-    pass
-
-  def write_texts(self, step, texts):
-    pass
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    pass
 
   def flush(self):
     pass
 
   def close(self):
     pass
+
+
+class LogWriter(ScalarWriter):
+  """One INFO line per write, '[step] name=value, ...': in log.txt (vmoe/run_log.py)."""
+
+  def write_scalars(self, step, scalars):
+    logging.info('[%d] %s', step, ', '.join(f'{k}={_scalar(v)}' for k, v in scalars.items()))
+
+
+class TensorBoardWriter(ScalarWriter):
+  """TensorBoard event files in `logdir`, one scalar summary per value."""
+
+  def __init__(self, logdir: str):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (processes > 0 never need it)
+    self._tf = tf
+    self._writer = tf.summary.create_file_writer(logdir)
+
+  def write_scalars(self, step, scalars):
+    with self._writer.as_default():
+      for name, value in scalars.items():
+        self._tf.summary.scalar(name, _scalar(value), step=int(step))
+
+  def flush(self):
+    self._writer.flush()
+
+  def close(self):
+    self._writer.close()
 
 
 class JsonlWriter(ScalarWriter):
@@ -101,15 +109,34 @@ class WandbWriter(ScalarWriter):
     self._run.finish()
 
 
-def make_writer(workdir: str, config, hparams: dict) -> metric_writers.MetricWriter:
-  """TensorBoard + logging (clu's default writer), JSON lines and wandb (`config`, the run's
-  experiment.WandbConfig; recording `hparams`, its resolved config), on process 0."""
+class Writers(ScalarWriter):
+  """Every write, flush and close goes to each of `writers`, in order."""
+
+  def __init__(self, writers: list[ScalarWriter]):
+    self.writers = writers
+
+  def write_scalars(self, step, scalars):
+    for writer in self.writers:
+      writer.write_scalars(step, scalars)
+
+  def flush(self):
+    for writer in self.writers:
+      writer.flush()
+
+  def close(self):
+    for writer in self.writers:
+      writer.close()
+
+
+def make_writer(workdir: str, config, hparams: dict) -> Writers:
+  """The log, TensorBoard, JSON lines and wandb (`config`, the run's experiment.WandbConfig;
+  recording `hparams`, its resolved config) on process 0; the log only on the others."""
   if jax.process_index() > 0:
-    return metric_writers.create_default_writer(just_logging=True)
-  writers = [metric_writers.create_default_writer(workdir, asynchronous=False), JsonlWriter(workdir)]
+    return Writers([LogWriter()])
+  writers = [LogWriter(), TensorBoardWriter(workdir), JsonlWriter(workdir)]
   if config.mode != 'disabled':
     writers.append(WandbWriter(workdir, config, hparams))
-  return metric_writers.MultiWriter(writers)
+  return Writers(writers)
 
 
 def read_metrics(workdir: str) -> dict:

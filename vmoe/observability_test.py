@@ -1,4 +1,6 @@
-"""Tests of the JSON-lines metrics, their reader and the console progress line."""
+"""Tests of the metric writers (JSON lines, TensorBoard), the reader and the progress line."""
+import sys
+
 import numpy as np
 
 from vmoe import experiment as experiment_lib
@@ -18,11 +20,34 @@ def test_jsonl_round_trip_keeps_the_last_record_per_step(tmp_path):
 def test_writer_with_wandb_disabled_writes_tensorboard_and_jsonl(tmp_path):
   config = experiment_lib.WandbConfig(mode='disabled', project='p')
   writer = observability.make_writer(str(tmp_path), config, {})
-  writer.write_scalars(3, {'loss': 0.5})
+  writer.write_scalars(3, {'loss': np.float32(0.5)})
+  writer.write_scalars(4, {'loss': 0.25, 'learning_rate': 1e-3})
   writer.close()
   assert observability.read_metrics(str(tmp_path))[3]['loss'] == 0.5
-  assert any(name.startswith('events.out.tfevents') for name in
-             [p.name for p in tmp_path.iterdir()])
+  events = [p for p in tmp_path.iterdir() if p.name.startswith('events.out.tfevents')]
+  assert len(events) == 1
+  assert tensorboard_scalars(events[0]) == {
+      (3, 'loss'): 0.5, (4, 'loss'): 0.25, (4, 'learning_rate'): np.float32(1e-3)}
+
+
+def tensorboard_scalars(path) -> dict:
+  """{(step, tag): value} of an event file's scalar summaries, read back as TensorBoard does."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  scalars = {}
+  for record in tf.data.TFRecordDataset(str(path)):
+    event = tf.compat.v1.Event.FromString(record.numpy())
+    for value in event.summary.value:
+      scalars[event.step, value.tag] = tf.make_ndarray(value.tensor).item()
+  return scalars
+
+
+def test_the_trainer_imports_tensorflow_without_keras():
+  # base/no_keras.py: TensorFlow skips its eager Keras import (Keras 3, scikit-learn's and
+  # matplotlib's imports). Nothing of ours, TFDS included, reaches for Keras afterwards.
+  from vmoe import trainer  # pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow_datasets  # pylint: disable=g-import-not-at-top,unused-import
+  assert 'tensorflow' in sys.modules
+  assert not [m for m in sys.modules if m == 'keras' or m.startswith('keras.')]
 
 
 def test_progress_line():

@@ -3,8 +3,8 @@
 The experiment is a config parsed once into typed sections (vmoe/experiment.py, at main.py's
 start). Stages: (1) data and workdir checks before anything compiles, (2) the training program
 (vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
-(4) compile the step and account its cost, (5) the loop: a step, then clu periodic actions that
-log, save a checkpoint and evaluate (vmoe/loop_actions.py), (6) summary.json
+(4) compile the step and account its cost, (5) the loop: a step, then what is due after it: log,
+save a checkpoint, evaluate (vmoe/loop_actions.py), (6) summary.json
 (run_protocol.RunSummary).
 
 From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
@@ -18,7 +18,7 @@ import os
 import time
 
 from absl import logging
-from clu import periodic_actions
+from clu import parameter_overview
 import jax
 from jax.experimental import multihost_utils
 
@@ -92,6 +92,7 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
       loss=e.loss, safe_point=stop.check), program.mesh)
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.', cost['num_params'],
                cost['flops_per_step'], cost['compile_seconds'])
+  parameter_overview.log_parameter_overview(program.abstract_state.params, include_stats=False)
   for line in console.header(e, config_file=config_file, mesh=program.mesh,
                              num_params=cost['num_params'], workdir=workdir,
                              flops_per_step=cost['flops_per_step'], first_step=first_step):
@@ -102,17 +103,7 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
       e, workdir, program, train_iter, manager, writer, evaluator, record,
       loop_actions.TrainClock(record.train_seconds),
       observability.Progress(first_step, e.num_train_steps), last_saved=first_step)
-  last = [e.num_train_steps]
-  actions = [
-      periodic_actions.PeriodicCallback(every_steps=e.log_every_steps, on_steps=last,
-                                        callback_fn=run.log),
-      periodic_actions.PeriodicCallback(every_steps=e.checkpoint.every_steps, on_steps=last,
-                                        callback_fn=run.save),
-      periodic_actions.PeriodicCallback(
-          on_steps=train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps),
-          callback_fn=run.evaluate)]
-  evaluation_owed = (first_step in train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps)
-                     and not record.evaluated(first_step))
+  evaluation_owed = first_step in run.evaluation_steps and not record.evaluated(first_step)
   try:
     if evaluation_owed:
       run.evaluate(first_step, state=state)
@@ -121,8 +112,7 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
       batch = sharding.put_batch(next(train_iter), program.batch_sharding)
       state, metrics = compiled_step(state, batch, jax.random.fold_in(rng, step))
       run.pending.append((step, metrics['loss']))
-      for action in actions:
-        action(step, state=state, metrics=metrics)
+      run.after_step(step, state=state, metrics=metrics)
   except preemption.Stopped:
     run.stop(state, stop)
   checkpointing.wait_until_finished(manager)
