@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from data import ops
+from data import tracing
 from data import orders as orders_lib
 from data import reader as reader_lib
 
@@ -63,11 +64,13 @@ class Batches:
   def dataset(self, start_batch: int) -> tf.data.Dataset:
     """The tf.data pipeline of the batches from batch `start_batch` on."""
     begin = start_batch * self.batch_size
+    process = tracing.without_autograph(self._process())
     ds = self.reader.examples(self.order.slots(begin)).map(
-        self._process(), num_parallel_calls=reader_lib.PARALLEL_CALLS)
+        process, num_parallel_calls=reader_lib.PARALLEL_CALLS)
     masks = self.order.masks(begin)
     if masks is not None:
-      ds = tf.data.Dataset.zip(ds, masks).map(lambda ex, m: {**ex, 'mask': m})
+      with_mask = tracing.without_autograph(lambda ex, m: {**ex, 'mask': m})
+      ds = tf.data.Dataset.zip(ds, masks).map(with_mask)
     # An endless order's batches are all full; a pass padded by orders.padded too. Only an
     # unpadded pass (split_cache's collection of a whole split) ends with a shorter one.
     return _finish(ds.batch(self.batch_size))

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from data import sources
+from data import tracing
 
 CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
@@ -41,7 +42,8 @@ class Reader:
     """(position, index) int64 elements -> (position, example before `steps`) elements."""
     if self.cached is not None:
       arrays = {k: tf.constant(v) for k, v in self.cached.items()}
-      return slots.map(lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()}))
+      return slots.map(tracing.without_autograph(
+          lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()})))
 
     def fetch(indices):
       return np.array(self.records.read(indices), dtype=object)
@@ -49,8 +51,9 @@ class Reader:
     def read(t, i):
       serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
       return t, tf.ensure_shape(serialized, [None])
-    return slots.batch(CHUNK).map(read).unbatch().map(
-        lambda t, s: (t, self.records.parse(s)), num_parallel_calls=PARALLEL_CALLS)
+    parse = tracing.without_autograph(lambda t, s: (t, self.records.parse(s)))
+    return slots.batch(CHUNK).map(tracing.without_autograph(read)).unbatch().map(
+        parse, num_parallel_calls=PARALLEL_CALLS)
 
   def example(self, index: int) -> dict:
     """One example before `steps`, computed eagerly."""
