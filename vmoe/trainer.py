@@ -58,9 +58,23 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   checkpoints, and returns its summary; config_file is recorded in it."""
   # 1. Checks of the data and the workdir before anything compiles (the config was checked when
   # parsed).
+  check_data(experiment)
+  workdir_lib.claim(workdir, experiment)
+  return train_claimed(experiment, workdir, config_file)
+
+
+def check_data(experiment: experiment_lib.Experiment) -> None:
+  """Stage 1's data checks: the training, evaluation and few-shot sets are there to read (a
+  UserError that says how to get them, if not)."""
   sources.check_available(experiment.data)
   train_evals.check_available(experiment.data, experiment.fewshot)
-  workdir_lib.claim(workdir, experiment)
+
+
+def train_claimed(experiment: experiment_lib.Experiment, workdir: str,
+                  config_file: str = '') -> run_protocol.RunSummary:
+  """Stages 2 to 6, once stage 1 has run: `workdir` claimed for `experiment` (workdir.claim),
+  its data checked (check_data). main.py runs stage 1 in that order too: the workdir's checks
+  before the trainer's imports, the data's after. Ctrl-C or SIGTERM stops at a safe point."""
   with preemption.StopAgreement() as stop:
     return train(experiment, workdir, config_file, stop)
 

@@ -17,8 +17,8 @@ from vmoe import run_protocol
 
 
 def claim(workdir: str, experiment: experiment_lib.Experiment) -> None:
-  """A run's start in `workdir`: prepare() then guard(). Idempotent: a caller may claim a workdir
-  that its own caller claimed already (main.py does, before the trainer's imports)."""
+  """A run's start in `workdir`: prepare() then guard(). Idempotent: a workdir claimed again (a
+  rerun, or an in-process caller's second run) is accepted while it holds the same config."""
   prepare(workdir)
   guard(workdir, experiment)
 

@@ -16,7 +16,7 @@ def test_a_workdir_that_cannot_be_written_is_a_user_error(tmp_path):
 
 
 def test_a_different_config_in_the_same_workdir_is_refused(tiny_experiment, tmp_path):
-  # claim: prepare and guard, as main.py and then the trainer do, on a workdir made by it.
+  # claim: prepare and guard, as a run's start does; a rerun claims the same workdir again.
   run = tmp_path / 'run'
   workdir.claim(str(run), tiny_experiment('router=softmax_ec'))
   workdir.claim(str(run), tiny_experiment('router=softmax_ec'))   # The same: accepted.
