@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import jax
 import pytest
@@ -42,21 +43,28 @@ def small_config():
   return common.override(config, SMALL_MODEL)
 
 
-def plan_small_model(cache_dir: str) -> dict:
-  """The plan of small_config() under every precision on ONE_CPU and on a second one-CPU slice
-  (the same programs), measured into `cache_dir`: {'rows': the two rows, 'measured': how many
-  times `measure` compiled, 'cache_files': what cache_dir then holds}."""
+class SmallPlan(NamedTuple):
+  """small_config()'s plan rows on ONE_CPU and on a second one-CPU slice (the same programs);
+  how many times `measure` compiled for them; what the cache directory then holds."""
+  rows: list
+  measured: int
+  cache_files: list[str]
+
+
+def plan_small_model(cache_dir: str) -> SmallPlan:
+  """The plan of small_config() under every precision on two one-CPU slices, measured into
+  `cache_dir`."""
   measured, measure = [], plan.measure
   slices = [ONE_CPU, dataclasses.replace(ONE_CPU, name='same CPU')]
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(plan, 'measure', lambda c, d: measured.append(1) or measure(c, d))
     rows = [plan.plan_row(small_config(), s, jax.devices()[:1], tuple(plan.PRECISIONS), cache_dir)
             for s in slices]
-  return {'rows': rows, 'measured': len(measured), 'cache_files': sorted(os.listdir(cache_dir))}
+  return SmallPlan(rows, len(measured), sorted(os.listdir(cache_dir)))
 
 
 @pytest.fixture(scope='session')
-def small_plan(tmp_path_factory) -> dict:
+def small_plan(tmp_path_factory) -> SmallPlan:
   """plan_small_model(), once per session (per worker: the tests that read it carry
   SHARES_SMALL_PLAN): they share its three compiled programs."""
   return plan_small_model(str(tmp_path_factory.mktemp('plan_cache')))
@@ -69,7 +77,7 @@ SHARES_SMALL_PLAN = pytest.mark.xdist_group('plan_test_small_plan')
 
 @SHARES_SMALL_PLAN
 def test_a_row_counts_the_state_and_the_step(small_plan):
-  row = small_plan['rows'][0]
+  row = small_plan.rows[0]
   assert row['mesh'] == (1, 1) and row['batch_per_device'] == 256
   assert row['param_bytes'] == row['param_bytes_total'] == 4 * row['num_params']
   # Adam's two float32 moments, plus a few scalars (step counts), however optax nests them.
@@ -86,7 +94,7 @@ def test_a_row_counts_the_state_and_the_step(small_plan):
 
 @SHARES_SMALL_PLAN
 def test_precision_columns_measure_bfloat16_and_remat_memory(small_plan):
-  row = small_plan['rows'][0]
+  row = small_plan.rows[0]
   peaks = row['precision_peak_bytes']
   assert set(peaks) == {'bf16', 'remat'}
   assert peaks['bf16'] <= row['peak_bytes'] and peaks['remat'] < row['peak_bytes']
@@ -184,14 +192,14 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
 def test_measurements_are_cached_once_per_program(small_plan):
   # A resumed or concurrent plan reads the counters back; two slices compiling the same program
   # (same arch, router, compiler and device count) share one measurement.
-  rows = small_plan['rows']
-  assert small_plan['measured'] == 3     # The base program and its two variants, once each.
+  rows = small_plan.rows
+  assert small_plan.measured == 3     # The base program and its two variants, once each.
   assert rows[0]['temp_bytes'] == rows[1]['temp_bytes']
   assert rows[0]['precision_peak_bytes'] == rows[1]['precision_peak_bytes']
   config = small_config()
   variants = {name: common.override(config.copy_and_resolve_references(), overrides)
               for name, overrides in plan.PRECISIONS.items()}
-  assert small_plan['cache_files'] == sorted(
+  assert small_plan.cache_files == sorted(
       [f'mu_32-softmax_ec-XLA_CPU-1-{plan.program_digest(config)}.json'] +
       [f'mu_32-softmax_ec-XLA_CPU-1-{name}-{plan.program_digest(variant)}.json'
        for name, variant in variants.items()])
