@@ -39,10 +39,13 @@ class ScalarWriter:
 
 
 class LogWriter(ScalarWriter):
-  """One INFO line per write, '[step] name=value, ...': in log.txt (vmoe/run_log.py)."""
+  """One INFO line per write, '[step] name=value, ...' (floats to 6 significant digits): in
+  log.txt (vmoe/run_log.py)."""
 
   def write_scalars(self, step, scalars):
-    logging.info('[%d] %s', step, ', '.join(f'{k}={_scalar(v)}' for k, v in scalars.items()))
+    values = {k: _scalar(v) for k, v in scalars.items()}
+    logging.info('[%d] %s', step, ', '.join(
+        f'{k}={v:.6g}' if isinstance(v, float) else f'{k}={v}' for k, v in values.items()))
 
 
 class TensorBoardWriter(ScalarWriter):

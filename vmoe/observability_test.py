@@ -53,3 +53,9 @@ def test_the_trainer_imports_tensorflow_without_keras():
 def test_progress_line():
   line = observability.Progress(0, 100).report(10, 0.25)
   assert line.startswith('step 10/100 | loss 0.2500 | ') and 'steps/s | ETA ' in line
+
+
+def test_log_writer_writes_one_line_per_write(caplog):
+  with caplog.at_level('INFO'):
+    observability.LogWriter().write_scalars(3, {'loss': np.float32(2.0104658), 'count': 3})
+  assert [r.getMessage() for r in caplog.records] == ['[3] loss=2.01047, count=3']
