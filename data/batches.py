@@ -10,9 +10,9 @@ import numpy as np
 import tensorflow as tf
 
 from data import ops
-from data import tracing
 from data import orders as orders_lib
 from data import reader as reader_lib
+from data import tracing
 
 PREFETCH = 2        # Batches prepared ahead of the consumer.
 
