@@ -52,7 +52,8 @@ class TensorBoardWriter(ScalarWriter):
   """TensorBoard event files in `logdir`, one scalar summary per value."""
 
   def __init__(self, logdir: str):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (processes > 0 never need it)
+    # Here, not with the module's imports: sorted, those put TensorFlow before base/no_keras.py.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     self._tf = tf
     self._writer = tf.summary.create_file_writer(logdir)
 
