@@ -4,11 +4,17 @@ Without LLVM optimisation and the fusion emitters XLA:CPU compiles small functio
 (a small MoE layer's init: 2.4-3.8 s -> 0.3-0.4 s) while the compiled code runs about 2.5x slower
 (the tiny training step: 33 -> 81 ms), and assigns the same buffers (B/32 on 32 devices: identical
 memory_analysis), so memory plans made under them hold. Timings (bench/) must not use them.
+
+XLA:CPU also splits a module's generated code into pieces that threads compile in parallel; here it
+compiles in one piece, which saves the split's own CPU where the cores are busy anyway (two pytest
+workers on two cores). Results can differ in their last bits from those of other flags, as with
+the settings above: compare runs made under the same flags.
 """
 
 # As compiler options of jax's `Lowered.compile(options)`.
 OPTIONS = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True,
-           'xla_cpu_use_fusion_emitters': False}
+           'xla_cpu_use_fusion_emitters': False,
+           'xla_cpu_parallel_codegen_split_count': 1}
 
 
 def as_xla_flags() -> str:
