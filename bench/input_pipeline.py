@@ -18,7 +18,6 @@ import tempfile
 
 import numpy as np
 from PIL import Image
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from base import atomic
@@ -99,6 +98,8 @@ def main(argv=None):
   with tempfile.TemporaryDirectory() as directory:
     config, images = make_dataset(directory, args)
     rows = {name: images_per_second(config, pp, args) for name, pp in pps.items()}
+  # data/ loaded TensorFlow after base/no_keras.py; a top-level import would come first, with Keras.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   result = {
       'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
