@@ -78,12 +78,15 @@ def pytest_sessionfinish(session):
   path = session.config.getoption(OPTION)
   if not path or hasattr(session.config, 'workerinput'):    # A pytest-xdist worker.
     return
-  files = collections.defaultdict(collections.Counter)
-  for nodeid, record in _records.items():
-    files[nodeid.split('::')[0]].update(record)
+  # Every sum runs over the tests in the order FILE lists them, so a reader who adds up the
+  # listed tests gets the very floats written here.
   by_total = lambda pair: -pair[1]['total']
+  records = sorted(_records.items(), key=by_total)
+  files = collections.defaultdict(collections.Counter)
+  for nodeid, record in records:
+    files[nodeid.split('::')[0]].update(record)
   atomic.write_json(path, {
-      'total': round(sum(r['total'] for r in _records.values()), 1),
+      'total': round(sum(r['total'] for _, r in records), 1),
       'files': [{'file': f, **{k: round(v, 1) for k, v in sums.items()}}
                 for f, sums in sorted(files.items(), key=by_total)],
-      'tests': [{'test': t, **r} for t, r in sorted(_records.items(), key=by_total)]})
+      'tests': [{'test': t, **r} for t, r in records]})
