@@ -40,19 +40,22 @@ def test_margins_are_hand_worked_and_single_seeds_have_no_spread(tmp_path):
     assert all(v.holds and v.strength == 'n=1, spread unknown'
                for v in (means, worst, soft))
   text = claims.to_markdown(list(verdicts.values()), claims.seeds_per_table(rows))
-  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  | yes |' in text
+  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  |  |  |  | yes |' in text
 
 
-def test_seed_spread_decides_the_strength(tmp_path):
+def test_pooled_spread_decides_the_strength(tmp_path):
   # Two seeds: softmax_tc 40, 42 (mean 41) and sinkhorn_tc 42, 44 (mean 43); each std
-  # sqrt(2) = 1.41 points, so the difference's s.e. is sqrt(2 * 1.41^2 / 2) = 1.41 and the
-  # 2.00 margin is within 2 s.e. = 2.83.
+  # sqrt(2) = 1.41 points, so the pooled std is 1.41 with 1 + 1 = 2 degrees of freedom and the
+  # difference's s.e. is 1.41 x sqrt(1/2 + 1/2) = 1.41: t = 2.00 / 1.41 = 1.41 on 2 df, two-sided
+  # p = 0.293 (t tables), and the margin is not shown; shown at t_{0.975, 2} x 1.41 = 4.303 x 1.41.
   write_grid(str(tmp_path), {'softmax_tc': 0.40, 'sinkhorn_tc': 0.42})
   write_grid(str(tmp_path), {'softmax_tc': 0.42, 'sinkhorn_tc': 0.44}, seed=1)
   verdicts, _ = verdicts_of(str(tmp_path))
   claim = verdicts['2. Sinkhorn TC > Softmax TC', 'upstream prec@1']
-  assert claim.margin == pytest.approx(2.0) and claim.stderr == pytest.approx(1.414, abs=1e-3)
-  assert claim.strength == 'within noise (<= 2 s.e.)'
+  assert claim.margin == pytest.approx(2.0) and claim.stderr == pytest.approx(2 ** 0.5)
+  assert claim.df == 2 and claim.p == pytest.approx(0.2929, abs=1e-4)
+  assert claim.threshold == pytest.approx(4.3027 * 2 ** 0.5, abs=1e-3)
+  assert claim.strength == 'not shown' and claim.family == 1
   assert not any(c.startswith('1.') or c.startswith('3.') for c, _ in verdicts)
 
 
@@ -125,28 +128,77 @@ def test_paper_cli_words_the_claims_as_the_paper(tmp_path):
   text = out.read_text()
   assert 'at a fixed compute budget' in text and claims.PAPER_UNCHECKABLE in text
   assert '## B/32 on JFT-300M (seeds per row: 1)' in text
-  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  | yes |' in (
+  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  |  |  |  | yes |' in (
       text)
 
 
-def test_moe_beats_dense_per_router_and_capacity_hand_worked(tmp_path):
+def write_three_seeds(root, rows):
+  """rows: {router: (capacity, middle value)}; seeds give middle - 0.01, middle, middle + 0.01,
+  so every row's std is 1 point and the pooled std is 1 point with 2 df per row."""
+  for seed, offset in enumerate((-0.01, 0.0, 0.01)):
+    for router, (capacity, value) in rows.items():
+      write_summary(root, router=router, capacity=capacity, seed=seed,
+                    upstream_prec1=value + offset)
+
+
+def test_moe_beats_dense_per_router_with_holm_hand_worked(tmp_path):
   root = str(tmp_path)
-  # Two seeds each: dense 40, 42 (mean 41, std sqrt(2)); softmax_tc 44, 46 (mean 45); soft_moe
-  # 41, 43 (mean 42). Each difference has s.e. sqrt(2/2 + 2/2) = sqrt(2) = 1.41 points.
-  for seed, (dense, tc, soft) in enumerate([(0.40, 0.44, 0.41), (0.42, 0.46, 0.43)]):
-    write_summary(root, router='dense', capacity=None, seed=seed, upstream_prec1=dense,
-                  fewshot={'imagenet2012': {'10': dense}})
-    write_grid(root, {'softmax_tc': tc, 'soft_moe': soft}, seed=seed)
+  # dense 41, softmax_tc 45, soft_moe 42 (means of 3 seeds, std 1 point each): pooled std 1,
+  # 6 df; a difference of two rows has s.e. sqrt(1/3 + 1/3) = 0.8165. softmax_tc: t = 4 /
+  # 0.8165 = 4.899, p = 0.0027; soft_moe: t = 1.225, p = 0.267 (t tables, 6 df). Holm over the
+  # family's m = 2: 2 x 0.0027 = 0.0054 (shown), max(0.0054, 1 x 0.267) = 0.267 (not shown).
+  write_three_seeds(root, {'dense': (None, 0.41), 'softmax_tc': (1.0, 0.45),
+                           'soft_moe': (1.0, 0.42)})
   runs, _ = summaries.load_runs(root)
   rows, _ = summaries.group_seeds(runs)
   found = [v for v in claims.check(rows) if v.claim == claims.CLAIM_MOE_DENSE
            and v.metric == 'upstream prec@1']
   by_router = {v.detail.split()[0]: v for v in found}
   assert sorted(by_router) == ['soft_moe', 'softmax_tc'] and {v.capacity for v in found} == {1}
-  assert by_router['softmax_tc'].margin == pytest.approx(4.0)
-  assert by_router['softmax_tc'].stderr == pytest.approx(2 ** 0.5)
-  assert by_router['softmax_tc'].strength == 'clear (> 2 s.e.)'
-  assert by_router['soft_moe'].margin == pytest.approx(1.0)
-  assert by_router['soft_moe'].strength == 'within noise (<= 2 s.e.)'
-  text = claims.to_markdown(found, claims.seeds_per_table(rows))
-  assert '| 0. MoE > dense | 1 | upstream prec@1 | +4.00 | 2.83 | yes | clear (> 2 s.e.) |' in text
+  tc, soft = by_router['softmax_tc'], by_router['soft_moe']
+  assert tc.margin == pytest.approx(4.0) and tc.stderr == pytest.approx((2 / 3) ** 0.5)
+  assert tc.df == 6 and tc.p == pytest.approx(0.0027, abs=1e-4)
+  assert tc.p_adjusted == pytest.approx(2 * tc.p) and tc.family == 2
+  assert tc.strength == 'shown'
+  assert soft.p_adjusted == pytest.approx(soft.p) and soft.p == pytest.approx(0.2666, abs=1e-4)
+  assert soft.strength == 'not shown'
+  text = claims.to_markdown(found, claims.seeds_per_table(rows),
+                            spreads=claims.spreads_per_table(rows))
+  assert '- upstream prec@1: pooled seed sd 1.00 points, 6 degrees of freedom.' in text
+  # shown at t_{0.975, 6} x 0.8165 = 2.447 x 0.8165 = 2.00; detects (2.447 + 0.906) x 0.8165.
+  assert '| 0. MoE > dense | 1 | upstream prec@1 | +4.00 | 0.82 | 2.00 | 2.74 | 0.005 (2) | yes | shown |' in text
+
+
+def test_an_extreme_side_needs_bonferroni_to_be_shown_opposite(tmp_path):
+  # soft_moe 40 against softmax_tc 44 and softmax_ec 43: the best other is softmax_tc, chosen
+  # among 2 rows. t = -4 / 0.8165 = -4.899, p = 0.0027 on 6 df: 2 x p < 0.05, opposite shown.
+  # Against 42 instead: t = -2.449, p = 0.0498 < 0.05, but 2 x p > 0.05: not shown.
+  write_three_seeds(str(tmp_path / 'a'), {'soft_moe': (1.0, 0.40), 'softmax_tc': (1.0, 0.44),
+                                          'softmax_ec': (1.0, 0.43)})
+  write_three_seeds(str(tmp_path / 'b'), {'soft_moe': (1.0, 0.40), 'softmax_tc': (1.0, 0.42),
+                                          'softmax_ec': (1.0, 0.41)})
+  far, _ = verdicts_of(str(tmp_path / 'a'))
+  near, _ = verdicts_of(str(tmp_path / 'b'))
+  assert far[claims.CLAIM_SOFT_BEST, 'upstream prec@1'].strength == 'opposite shown'
+  close = near[claims.CLAIM_SOFT_BEST, 'upstream prec@1']
+  assert close.chosen_among == 2 and close.p == pytest.approx(0.0498, abs=1e-4)
+  assert close.strength == 'not shown'
+
+
+def test_claim_7_tests_every_new_router_against_soft_moe_and_the_best_sparse(tmp_path):
+  root = str(tmp_path)
+  # A router outside the paper's six, at c = 1 and 2: only c = 1 enters claim 7, against
+  # soft_moe (43) and the best paper sparse router (softmax_ec 42 over softmax_tc 41).
+  write_three_seeds(root, {'soft_moe': (1.0, 0.43), 'softmax_tc': (1.0, 0.41),
+                           'softmax_ec': (1.0, 0.42), 'lab_router': (1.0, 0.47)})
+  write_three_seeds(root, {'lab_router': (2.0, 0.30)})
+  runs, _ = summaries.load_runs(root)
+  rows, _ = summaries.group_seeds(runs)
+  found = {v.detail.split()[3]: v for v in claims.check(rows)
+           if v.claim == claims.CLAIM_NEW_ROUTER and v.metric == 'upstream prec@1'}
+  assert sorted(found) == ['soft_moe', 'softmax_ec'] and {v.capacity for v in found.values()} == {1}
+  # 47 - 43 = 4 and 47 - 42 = 5, each s.e. 0.8165 on 10 df (5 rows of 3 seeds), Holm over the 2.
+  assert found['soft_moe'].margin == pytest.approx(4.0) and found['softmax_ec'].margin == (
+      pytest.approx(5.0))
+  assert all(v.family == 2 and v.df == 10 and v.strength == 'shown' for v in found.values())
+  assert found['softmax_ec'].chosen_among == 2 and found['soft_moe'].chosen_among == 1

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from base import atomic
 from base import errors
 from base.stats import Stat
-from results import beside
+from results import study_comparison
 from results import claims
 from results import cost
 from results import paper
@@ -230,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--out', required=True, help='Directory for the tables and figures.')
   parser.add_argument('--no-figures', action='store_true', help='Write the tables only.')
   parser.add_argument('--beside', help='A committed study\'s summaries (e.g. results/tiny/runs): '
-                      'also write OUT/beside_study.md, these runs beside its means (results/beside.py).')
+                      'also write OUT/beside_study.md, these runs beside its means '
+                      '(results/study_comparison.py).')
   cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
@@ -252,10 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   verdicts = claims.check(rows, price, cost_title)
   if verdicts:     # The paper's claims, where the runs have the routers they compare.
     path = os.path.join(args.out, 'claims.md')
-    atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows)))
+    atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows),
+                                               spreads=claims.spreads_per_table(rows)))
     written.append(path)
   if args.beside:
-    text, beside_problems = beside.compare(runs, args.beside)
+    text, beside_problems = study_comparison.compare(runs, args.beside)
     path = os.path.join(args.out, 'beside_study.md')
     atomic.write_text(path, text)
     written.append(path)

@@ -1,38 +1,48 @@
-"""A set of runs beside a committed study: does a new run agree with the study's seeds?
+"""New runs compared with a committed study's seeds: would they pass for more of its seeds?
 
   python -m results.tables --runs workdirs/demo --out results/demo --beside results/tiny/runs
 
 writes OUT/beside_study.md: for every row of the new runs (router x capacity) and every metric
 (upstream precision@1 and each 10-shot data set), the new value (the mean if it has several
-seeds), the study's mean +- sample std over its seeds, and their difference in units of that
-std. One new seed is a draw from the same spread as the study's seeds, so a difference within 2
-std is what agreement looks like. A row whose config differs from the study's in more than the
-seed is compared with nothing: the keys that differ are named instead.
+seeds), the study's mean +- sample std over its seeds, and the difference in standard errors.
+
+The rule is the claims' (results/claims.py): the seed spread is the study's, pooled over every
+configuration of its table for that metric (df = sum (n_i - 1) degrees of freedom), because each
+configuration's own few seeds estimate it poorly. A new mean of n seeds against the study's mean
+of m has the standard error std_p sqrt(1/n + 1/m), and it agrees when |t| is at most the
+two-sided t quantile at claims.ALPHA. A run on another CPU kind is not bit-identical to the
+study's (the compiled float arithmetic differs) and is one more seed of the same distribution,
+which is what this comparison assumes. A row whose config differs from the study's in more than
+the seed is compared with nothing: the keys that differ are named instead.
 """
 import os
 from typing import Sequence
 
+from base import stats
 from results import claims
 from results import paper
 from results import summaries
 
-AGREEMENT_STDS = 2.0
 
-
-def _verdict(new: float, reference) -> str:
-  if reference.n < 2 or reference.std == 0:
+def _verdict(new: stats.Stat, reference: stats.Stat, spread: stats.Pooled | None) -> str:
+  if spread is None or spread.std == 0:
     return 'study has no spread'
-  z = (new - reference.mean) / reference.std
-  return f'{z:+.1f} std: ' + ('agrees' if abs(z) <= AGREEMENT_STDS else 'differs')
+  t = (new.mean - reference.mean) / spread.stderr(1 / new.n + 1 / reference.n)
+  limit = stats.t_quantile(1 - claims.ALPHA / 2, spread.df)
+  return f'{t:+.1f} s.e. (agrees within {limit:.2f}): ' + ('agrees' if abs(t) <= limit
+                                                           else 'differs')
 
 
 def to_markdown(new_rows: dict, study_rows: dict, study: str) -> str:
   """The comparison table (rows: {key: runs} from summaries.group_seeds)."""
   metrics = claims.metrics_of([r for runs in new_rows.values() for r in runs])
+  spreads = claims.spreads_per_table(study_rows)
   lines = [f'# Beside the study in `{study}`', '',
-           f'Each new value beside the study\'s mean {paper.PM} sample std over its seeds; '
-           f'"agrees" means within {AGREEMENT_STDS:g} std of the study\'s mean, the spread one '
-           'seed is expected to fall in.', '',
+           f'Each new value beside the study\'s mean {paper.PM} sample std over its seeds. The '
+           'difference is in standard errors from the study\'s seed spread pooled over its '
+           'table (results/study_comparison.py); "agrees" means within the two-sided t quantile '
+           f'at {claims.ALPHA:g}, where one more seed is expected to fall. A run on another CPU '
+           'kind is such a seed, not a bit-identical copy.', '',
            '| row | metric | this run | study | difference |', '| --- | --- | --- | --- | --- |']
   for key in sorted(new_rows, key=paper.row_order):
     runs = new_rows[key]
@@ -53,7 +63,8 @@ def to_markdown(new_rows: dict, study_rows: dict, study: str) -> str:
       else:
         study_cell = (f'{100 * reference.mean:.2f} {paper.PM} {100 * reference.std:.2f} '
                       f'(n={reference.n})')
-        verdict = _verdict(new.mean, reference)
+        spread = spreads.get(key[:2], {}).get(metric)
+        verdict = _verdict(new, reference, spread)
       lines.append(f'| {title} | {metric} | {shown} | {study_cell} | {verdict} |')
   return '\n'.join(lines) + '\n'
 
