@@ -59,13 +59,16 @@ def _check_scores(scores: jax.Array, capacity: int) -> tuple[int, int]:
   return scores.shape
 
 
-def token_choice_slots(scores: jax.Array, capacity: int, k: int) -> jax.Array:
+def token_choice_slots(scores: jax.Array, capacity: int, k: int,
+                       num_choices: jax.Array | None = None) -> jax.Array:
   """Algorithm 1 (Token Choice) in index form: (T, E) scores -> slot_token (E, C).
 
   Requests are processed choice-major (every token's first choice in token order, then every
   token's second choice, ...). A request's position in its expert's queue is the number of earlier
   requests to that expert; it is kept iff that position is < C. Counting dropped requests too gives
   the same positions as Algorithm 1's count of dispatched tokens, because a buffer never empties.
+  num_choices (T,) int, when given, lets token t request only its first num_choices[t] <= k
+  choices (top-p routing); the requests it does not make take no place in any queue.
   """
   num_tokens, num_experts = _check_scores(scores, capacity)
   if not 1 <= k <= num_experts:
@@ -73,10 +76,14 @@ def token_choice_slots(scores: jax.Array, capacity: int, k: int) -> jax.Array:
   _, choice = jax.lax.top_k(scores, k)                         # (T, k)
   expert = choice.T.reshape(-1)                                # (k*T,) choice-major order.
   requests = jax.nn.one_hot(expert, num_experts, dtype=jnp.int32)  # (k*T, E)
+  made = jnp.ones((k * num_tokens,), bool)
+  if num_choices is not None:
+    made = (jnp.arange(k)[:, None] < num_choices[None, :]).reshape(-1)   # (k*T,)
+    requests = requests * made[:, None]
   position = jnp.sum(jnp.cumsum(requests, axis=0) * requests, axis=1) - 1  # (k*T,)
   token = jnp.tile(jnp.arange(num_tokens, dtype=jnp.int32), k)
   discard = num_experts * capacity                             # One spare slot for dropped requests.
-  slot = jnp.where(position < capacity, expert * capacity + position, discard)
+  slot = jnp.where(made & (position < capacity), expert * capacity + position, discard)
   slot_token = jnp.full((discard + 1,), num_tokens, jnp.int32).at[slot].set(token)
   return slot_token[:discard].reshape(num_experts, capacity)
 

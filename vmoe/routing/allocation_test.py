@@ -11,6 +11,7 @@ from vmoe.routing import allocation
 # Jitted with static capacity and k, so that hypothesis examples of one shape share a compilation.
 token_choice = jax.jit(allocation.token_choice, static_argnums=(1, 2))
 expert_choice = jax.jit(allocation.expert_choice, static_argnums=(1,))
+token_choice_slots = jax.jit(allocation.token_choice_slots, static_argnums=(1, 2))
 
 # Four tokens, two experts; every token's preference is clear.
 SCORES = jnp.array([[0.9, 0.1],
@@ -19,14 +20,18 @@ SCORES = jnp.array([[0.9, 0.1],
                     [0.6, 0.4]])
 
 
-def algorithm_1(scores, capacity, k):
-  """Literal transcription of the paper's Algorithm 1 (Token Choice allocation)."""
+def algorithm_1(scores, capacity, k, num_choices=None):
+  """Literal transcription of the paper's Algorithm 1 (Token Choice allocation); with
+  num_choices, token t makes only its first num_choices[t] requests (top-p routing)."""
   num_tokens, num_experts = scores.shape
+  num_choices = [k] * num_tokens if num_choices is None else num_choices
   dispatch = np.zeros((num_tokens, num_experts, capacity))
   combine = np.zeros_like(dispatch)
   order = np.argsort(-scores, axis=1, kind='stable')
   for i in range(k):
     for t in range(num_tokens):
+      if i >= num_choices[t]:
+        continue
       r = order[t, i]
       c = int(np.count_nonzero(dispatch[:, r, :]))
       if c < capacity:
@@ -137,6 +142,21 @@ def test_token_choice_matches_algorithm_1_and_invariants(shape, seed, k, factor)
   assert (dispatch.sum(axis=(0, 2)) <= capacity).all()          # Capacity never exceeded.
   assert (dispatch.sum(axis=2) <= 1).all()                      # A token enters an expert once.
   assert (dispatch.sum(axis=(1, 2)) <= k).all()                 # At most k experts per token.
+
+
+@hypothesis.settings(max_examples=20, deadline=None)
+@hypothesis.given(shapes, seeds, factors)
+def test_token_choice_with_fewer_choices_per_token_matches_algorithm_1(shape, seed, factor):
+  # Each token requests only its first n_t <= k = 2 choices; skipped requests hold no queue place.
+  num_tokens, num_experts = shape
+  k = min(2, num_experts)
+  rng = np.random.default_rng(seed)
+  scores = rng.random((num_tokens, num_experts)).astype(np.float32)
+  counts = rng.integers(1, k + 1, num_tokens).astype(np.int32)
+  capacity = allocation.compute_capacity(num_tokens, num_experts, factor)
+  slot_token = token_choice_slots(jnp.asarray(scores), capacity, k, jnp.asarray(counts))
+  dispatch, _ = allocation.to_dense(slot_token, jnp.zeros(slot_token.shape), num_tokens)
+  np.testing.assert_array_equal(dispatch, algorithm_1(scores, capacity, k, counts)[0])
 
 
 @hypothesis.settings(max_examples=30, deadline=None)
