@@ -30,6 +30,7 @@ from vmoe import moe as moe_lib
 from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
+from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
@@ -67,7 +68,9 @@ def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
                              f'{", ".join(spec)}.')
     values[key] = _cast(key, text if has_value else 'True', type(spec[key]))
   parsed = mlc.ConfigDict(values)
-  parsed.canonical = ','.join(f'{k}={_format(v)}' for k, v in values.items())
+  # An empty string (router_module='': the built-in routers) is left out, so that a key added
+  # with that default leaves the recorded config_arg of earlier runs unchanged.
+  parsed.canonical = ','.join(f'{k}={_format(v)}' for k, v in values.items() if v != '')
   return parsed
 
 
@@ -87,13 +90,6 @@ def _format(value) -> str:
   return f'{value:g}' if isinstance(value, float) else str(value)
 
 
-# Routers that get V-MoE's router noise, std noise_std / E with noise_std = 1.0 ("Actually, it's
-# 1.0 / num_experts"): the paper's softmax affinity is softmax(X W + sigma eps) for both Softmax
-# Token Choice and Softmax Expert Choice (eq. softmax-affinity), and the reference's expert-choice
-# and Sinkhorn routers default to the same noise (vmoe/nn/routing.py).
-NOISY_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec')
-
-
 def override(config: mlc.ConfigDict, changes: dict) -> mlc.ConfigDict:
   """Sets {'dotted.key': value} in config, as --config.dotted.key=value would; returns config."""
   for key, value in changes.items():
@@ -105,37 +101,38 @@ def override(config: mlc.ConfigDict, changes: dict) -> mlc.ConfigDict:
   return config
 
 
-def moe_config(router: str, capacity: float, num_experts: int, group_size: int) -> mlc.ConfigDict:
+def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
+               router_module: str = '') -> mlc.ConfigDict:
   """`config.moe`: MoE every other block, `num_experts` experts, routing groups of images.
 
-  Router presets: router noise 1/E for NOISY_ROUTERS. Only Softmax Token Choice needs balancing
-  losses (paper Sec. 3.1 and Appendix A): importance and load losses of weight 0.005 each (V-MoE
-  common.get_vmoe_config). Sinkhorn (Sec. 3.2: "eliminate the need for auxiliary losses"), expert
-  choice (balanced by construction) and Soft MoE use neither. Everything else is the defaults of
-  moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index, experts from
-  one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better), C = round(c T /
-  E) with halves to even, and the sparsity solver's steps and start for this c
+  Router presets are the router's own (RouterSpec.presets in vmoe/routing/router.py for the
+  paper's: router noise 1/E for the softmax and Sinkhorn routers, V-MoE's importance and load
+  losses of weight 0.005 each for Softmax Token Choice only, the clean-logit combine of Sinkhorn
+  Token Choice), and its options (RouterSpec.options) at their defaults. Everything else is the
+  defaults of moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index,
+  experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better),
+  C = round(c T / E) with halves to even, and the sparsity solver's steps and start for this c
   (router.sparsity_solver_defaults). router=DENSE gives a dense ViT (num_experts=0; its router
   block is ignored). docs/fidelity.md traces every value.
 
   capacity: c (k for token choice), one of the paper's (results/paper.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
+  router_module: the module that registers a router of the user's own (docs/routers.md).
   """
   if router != DENSE and capacity not in paper.CAPACITIES:
     raise errors.UserError(f'capacity factor c={capacity:g} is not one of the paper\'s '
                            f'{paper.CAPACITIES}; use the config argument c=1 or c=2, or '
                            f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
                            'outside the paper\'s grid.')
-  balanced = router == 'softmax_tc'
+  name = router_lib.PAPER_ROUTERS[0] if router == DENSE else router
   try:
     # A dense model's router block is ignored; it has the same keys, built as the first paper
     # router's and named DENSE, so that --config.moe.router.KEY overrides work alike.
+    registry.import_router_module(router_module)
     router_config = router_lib.RouterConfig(
-        name=router_lib.PAPER_ROUTERS[0] if router == DENSE else router,
+        name=name,
         capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
-        noise_std=1.0 if router in NOISY_ROUTERS else 0.0,
-        importance_loss_weight=0.005 if balanced else 0.0,
-        load_loss_weight=0.005 if balanced else 0.0)
+        module=router_module, **registry.get(name).presets)
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
     raise errors.UserError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
@@ -232,7 +229,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
     raise errors.UserError(f'the paper has no {variant!r} model; valid: '
                            f'{", ".join(paper.ARCHS)}.')
   size, patch = variant.split('/')                     # 'B/32': ViT-B, 32x32 patches.
-  arg = parse_arg(arg, c=1.0, runlocal=False)
+  arg = parse_arg(arg, c=1.0, runlocal=False, router_module='')
   image_size = 224                                     # V-MoE: inception_crop(224).
   config = mlc.ConfigDict()
   config.config_arg = arg.canonical
@@ -247,7 +244,8 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.model = model_config(variant, IMAGENET21K_CLASSES, image_size, channels=3,
                               head_bias_init=-10.0)   # V-MoE pretrain_imagenet21k.py.
   # Paper "Models": E = 32 experts, Every-2; V-MoE: groups of 8 images (min batch per device).
-  config.moe = moe_config(router, arg.c, num_experts=32, group_size=8)
+  config.moe = moe_config(router, arg.c, num_experts=32, group_size=8,
+                          router_module=arg.router_module)
   # V-MoE i21k: dispatcher.bfloat16 = True (its Bfloat16Dispatcher; the Soft MoE router always
   # wraps it): tokens enter the dispatch in bfloat16 and the combine weights and sums stay
   # float32 (Soft MoE's float32 dispatch weights make its buffers float32; vmoe/moe.py). Full

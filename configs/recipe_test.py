@@ -43,6 +43,7 @@ SHARED_RECIPE = {
     'moe.router.softmax_combine': True,        # Paper Sec. 3.2-3.5.
     'moe.router.sinkhorn_iters': 20,           # ot_routing's maxiter.
     'moe.router.capacity_rounding': 'round_half_even',   # Paper Sec. 2's round(); V-MoE's round.
+    'moe.router.module': '',                   # Project-only: the paper's routers are built in.
     'eval.every_steps': 1000, 'eval.batch_size': 4096,
     'fewshot.datasets': {'imagenet2012': ('train', 'validation')},   # Paper Sec. 4.3: ImageNet-1k.
     'fewshot.shots': (10,),                    # Paper Sec. 4.3: 10-shot.

@@ -50,8 +50,9 @@ EVAL_BATCH_SIZE = 400    # Divides the 10,000 test images and is a multiple of G
 
 
 def get_config(arg=None):
-  """arg: router=NAME (default sinkhorn_ec; 'dense' for no MoE), c=1|2, runlocal=True."""
-  arg = common.parse_arg(arg, router='sinkhorn_ec', c=1.0, runlocal=False)
+  """arg: router=NAME (default sinkhorn_ec; 'dense' for no MoE), c=1|2, runlocal=True, and
+  router_module=PATH for a router of your own (docs/routers.md)."""
+  arg = common.parse_arg(arg, router='sinkhorn_ec', c=1.0, runlocal=False, router_module='')
   config = mlc.ConfigDict()
   config.config_arg = arg.canonical
   config.seed = 0
@@ -64,7 +65,7 @@ def get_config(arg=None):
   # Softmax cross-entropy needs no sigmoid prior over many classes: head bias 0.
   config.model = common.model_config(f'XS/{PATCH_SIZE}', 10, IMAGE_SIZE, channels=1,
                                      head_bias_init=0.0)
-  config.moe = common.moe_config(arg.router, arg.c, NUM_EXPERTS, GROUP_SIZE)
+  config.moe = common.moe_config(arg.router, arg.c, NUM_EXPERTS, GROUP_SIZE, arg.router_module)
   pp = f'decode(channels=1)|value_range(-1, 1)|{common.labels_pp(10)}'
   # manual_dir None: the IDX files of dataset-fashion-mnist; train_images None: NUM_TRAIN_STEPS
   # counts no epochs.

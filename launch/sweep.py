@@ -1,13 +1,15 @@
 """One architecture's grid of runs, one or a few at a time, resumable.
 
   python -m launch.sweep --arch b32 --workdir-root workdirs [--seeds 1] [--include-ablation]
-                         [--routers dense,softmax_tc] [--capacities 1] [--jobs 2]
+                         [--routers dense,softmax_tc,lossfree_tc] [--capacities 1] [--jobs 2]
+                         [--router-module my_router.py]
                          [--dry-run] [--config.KEY=VALUE ...]
 
 The grid (paper Sec. 4.1): the dense ViT baseline (`dense`: the same model with dense MLPs), then
 the six routers x capacity c in {1, 2} (k for token choice), 13 runs; with --include-ablation also
 Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the paper's Figure 3). --routers and
---capacities keep part of it. Seeds 0..N-1 with --seeds N, seed by seed. Each run is one command,
+--capacities keep part of it; --routers also adds any other registered router (the routers
+after the paper, or a user's own from --router-module, docs/routers.md). Seeds 0..N-1 with --seeds N, seed by seed. Each run is one command,
   .venv/bin/python main.py --config=configs/b32_sinkhorn_tc.py:c=2 \\
       --workdir=workdirs/b32/sinkhorn_tc_c2_nosmc_s1 \\
       --config.moe.router.softmax_combine=False --config.seed=1
@@ -67,6 +69,7 @@ class GridRun:
   capacity: int | None
   seed: int = 0
   softmax_combine: bool = True
+  router_module: str = ''     # The module registering a router of the user's own.
 
   @property
   def name(self) -> str:
@@ -84,20 +87,21 @@ CommandFn = Callable[[GridRun, str], list[str]]
 
 def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
               routers: Sequence[str] | None = None,
-              capacities: Sequence[int] | None = None) -> list[GridRun]:
+              capacities: Sequence[int] | None = None, router_module: str = '') -> list[GridRun]:
   """The runs of one architecture: per seed, dense, the c = 1 block, the c = 2 block, the ablation.
 
   routers / capacities (None: all) keep the runs of those routers ('dense' included) and those
-  capacities (the dense baseline has none, and is kept whatever the capacities).
+  capacities (the dense baseline has none, and is kept whatever the capacities). routers may
+  name any registered router: the paper's six come first in the paper's order, the others
+  after them in the order given; router_module registers a router of the user's own.
   """
   if arch not in ARCHS:
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  valid = (DENSE,) + paper.ROUTERS
-  unknown = sorted(set(routers or ()) - set(valid))
-  if unknown:
-    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {", ".join(valid)}.')
+  others = [r for r in routers or () if r not in (DENSE,) + paper.ROUTERS]
+  if others or router_module:
+    _check_registered(others, router_module)
   unknown = sorted(set(capacities or ()) - set(paper.CAPACITIES))
   if unknown:
     raise ValueError(f'unknown capacities {unknown}; the paper\'s grid has '
@@ -105,7 +109,8 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
   runs = []
   for seed in range(seeds):
     runs.append(GridRun(arch, DENSE, None, seed))
-    runs += [GridRun(arch, router, c, seed) for c in paper.CAPACITIES for router in paper.ROUTERS]
+    runs += [GridRun(arch, router, c, seed, router_module=router_module)
+             for c in paper.CAPACITIES for router in paper.ROUTERS + tuple(others)]
     if include_ablation:
       runs += [GridRun(arch, ABLATION_ROUTER, c, seed, softmax_combine=False)
                for c in paper.CAPACITIES]
@@ -114,15 +119,33 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
           (capacities is None or r.capacity is None or r.capacity in capacities)]
 
 
+def _check_registered(routers: Sequence[str], router_module: str) -> None:
+  """Routers outside the paper's are looked up in the registry, which loads JAX: only then."""
+  from vmoe.routing import registry   # pylint: disable=g-import-not-at-top
+  from vmoe.routing import router as router_lib   # pylint: disable=g-import-not-at-top,unused-import
+  registry.import_router_module(router_module)
+  unknown = sorted(set(routers) - set(registry.ROUTERS))
+  if unknown:
+    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {DENSE}, '
+                     f'{", ".join(sorted(registry.ROUTERS))} (a router of your own: '
+                     '--router-module PATH).')
+
+
 def config_arg(run: GridRun) -> str:
   """The --config value: 'configs/b32_soft_moe.py:c=2', 'configs/b32_dense.py',
-  'configs/tiny.py:router=soft_moe,c=2' or 'configs/tiny.py:router=dense'."""
+  'configs/tiny.py:router=soft_moe,c=2', 'configs/tiny.py:router=dense', and for a router
+  without a paper config file 'configs/router_lab.py:arch=b32,router=NAME,c=1'; a router
+  module is passed as router_module=PATH."""
+  module = f',router_module={run.router_module}' if run.router_module else ''
   if run.arch == 'tiny':
     return ('configs/tiny.py:router=dense' if run.router == DENSE else
-            f'configs/tiny.py:router={run.router},c={run.capacity}')
+            f'configs/tiny.py:router={run.router},c={run.capacity}{module}')
   if run.router == DENSE:
     return f'configs/{run.arch}_dense.py'
-  return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
+  if run.router in paper.ROUTERS:
+    return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
+  return (f'configs/router_lab.py:arch={run.arch},router={run.router},c={run.capacity}'
+          f'{module}')
 
 
 def main_py_command(run: GridRun, workdir: str, python: str = DEFAULT_PYTHON) -> list[str]:
@@ -270,7 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
-                      help=f'Comma-separated: keep these of {DENSE},{",".join(paper.ROUTERS)}.')
+                      help=f'Comma-separated: any of {DENSE}, the paper\'s '
+                      f'{",".join(paper.ROUTERS)} (the default) and every other registered '
+                      'router (vmoe/routing/lab_routers.py, or one of --router-module).')
+  parser.add_argument('--router-module', default='', help='A .py file or dotted module that '
+                      'registers routers of your own (docs/routers.md); passed to every run.')
   parser.add_argument('--capacities', type=_names, help='Comma-separated: keep these of 1,2.')
   parser.add_argument('--jobs', type=int, default=1, help='Runs at once (default 1).')
   parser.add_argument('--records', help='Copy each finished run\'s summary.json (and its '
@@ -286,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error(f'--jobs must be >= 1, got {args.jobs}.')
   try:
     capacities = None if args.capacities is None else [int(c) for c in args.capacities]
-    runs = make_grid(args.arch, args.seeds, args.include_ablation, args.routers, capacities)
+    runs = make_grid(args.arch, args.seeds, args.include_ablation, args.routers, capacities,
+                     args.router_module)
   except ValueError as e:
     parser.error(str(e))
   check_repository(runs, args.python)

@@ -86,6 +86,19 @@ def test_grid_is_dense_then_six_routers_by_two_capacities_plus_ablation():
     sweep.make_grid('h14')
 
 
+def test_routers_after_the_paper_join_the_grid_and_get_a_config_file():
+  # The paper's routers keep their order; others follow in the order given.
+  grid = sweep.make_grid('b32', routers=['lossfree_tc', 'softmax_ec', 'base'], capacities=[1])
+  assert [r.name for r in grid] == ['softmax_ec_c1', 'lossfree_tc_c1', 'base_c1']
+  assert [sweep.config_arg(r) for r in grid] == [
+      'configs/b32_softmax_ec.py:c=1',
+      'configs/router_lab.py:arch=b32,router=lossfree_tc,c=1',
+      'configs/router_lab.py:arch=b32,router=base,c=1']
+  tiny = sweep.GridRun('tiny', 'my_router', 2, router_module='lab/my_router.py')
+  assert sweep.config_arg(tiny) == (
+      'configs/tiny.py:router=my_router,c=2,router_module=lab/my_router.py')
+
+
 def test_routers_and_capacities_keep_part_of_the_grid():
   grid = sweep.make_grid('tiny', seeds=2, routers=['dense', 'softmax_tc'], capacities=[1])
   assert [r.name for r in grid] == ['dense', 'softmax_tc_c1', 'dense_s1', 'softmax_tc_c1_s1']
@@ -93,7 +106,7 @@ def test_routers_and_capacities_keep_part_of_the_grid():
   assert [r.name for r in at_c1] == ['dense', 'softmax_tc_c1', 'sinkhorn_tc_c1', 'softmax_ec_c1',
                                      'sinkhorn_ec_c1', 'sparsity_ec_c1', 'soft_moe_c1',
                                      'sinkhorn_tc_c1_nosmc']
-  with pytest.raises(ValueError, match='unknown router.*top2.*valid: dense, softmax_tc'):
+  with pytest.raises(ValueError, match='unknown router.*top2.*valid: dense, base, lossfree_tc'):
     sweep.make_grid('tiny', routers=['top2'])
   with pytest.raises(ValueError, match=r'unknown capacities \[3\]'):
     sweep.make_grid('tiny', capacities=[3])

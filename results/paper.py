@@ -87,13 +87,17 @@ def lookup(arch: str, router: str, capacity) -> PaperCell | None:
   return PAPER.get((arch, router, int(capacity)))
 
 
+def router_order(router: str) -> tuple:
+  """The paper's routers in its order, then any other router by name."""
+  return (ROUTERS.index(router) if router in ROUTERS else len(ROUTERS), router)
+
+
 def row_order(key: tuple) -> tuple:
   """Sort key of a table row (arch, dataset, router, capacity, softmax_combine): the dense
   baseline first; then the capacity block, the paper's router order (others after, by name),
   the ablation after its router."""
   _, _, router, capacity, softmax_combine = key
-  rank = ROUTERS.index(router) if router in ROUTERS else len(ROUTERS)
-  return router != DENSE, capacity or 0.0, rank, router, not softmax_combine
+  return router != DENSE, capacity or 0.0, router_order(router), not softmax_combine
 
 
 def row_title(router: str, capacity) -> str:

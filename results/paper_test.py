@@ -95,7 +95,7 @@ def test_routers_and_their_allocations_come_from_the_registry():
   # softmax_tc, sinkhorn_tc allocate by token choice; the other sparse ones by expert choice.
   assert paper.TOKEN_CHOICE == ('softmax_tc', 'sinkhorn_tc')
   assert paper.EXPERT_CHOICE == ('softmax_ec', 'sinkhorn_ec', 'sparsity_ec')
-  assert all(router_lib.ROUTERS[r].allocation == 'token_choice' for r in paper.TOKEN_CHOICE)
-  assert all(router_lib.ROUTERS[r].allocation == 'expert_choice' for r in paper.EXPERT_CHOICE)
+  assert all(router_lib.ROUTERS[r].allocation.kind == 'token_choice' for r in paper.TOKEN_CHOICE)
+  assert all(router_lib.ROUTERS[r].allocation.kind == 'expert_choice' for r in paper.EXPERT_CHOICE)
   assert paper.row_title('sinkhorn_tc', 2) == 'Sinkhorn Token Choice (k=2)'
   assert paper.row_title('soft_moe', 1) == 'Soft MoE (c=1)'

@@ -38,6 +38,15 @@ from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-posi
 MARKERS = {'softmax_tc': 'x', 'sinkhorn_tc': 'P', 'softmax_ec': 's', 'sinkhorn_ec': 'o',
            'sparsity_ec': '^', 'soft_moe': '*'}
 COLORS = dict(zip(paper.ROUTERS, plt.get_cmap('tab10').colors))
+OTHER_COLORS = plt.get_cmap('Dark2').colors   # Routers after the paper, in name order.
+
+
+def router_colors(routers) -> dict:
+  """{router: colour}: the paper's fixed ones, then the others by name from OTHER_COLORS (gray
+  beyond them)."""
+  others = sorted(set(routers) - set(COLORS) - {paper.DENSE})
+  extra = {r: OTHER_COLORS[i] if i < len(OTHER_COLORS) else 'gray' for i, r in enumerate(others)}
+  return {**COLORS, **extra}
 SIZE_PER_CAPACITY = 45.0    # Marker area (points^2) per unit of capacity: c=2 is twice c=1.
 FEWSHOT_SHOTS = 10          # Figure 2 is the paper's 10-shot task.
 DENSE_COLOR = 'black'
@@ -72,13 +81,14 @@ def arch_order(arch: str) -> tuple:
 def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str, path: str):
   """Figures 1/2: one panel per architecture, accuracy vs cost, marker = router, size = c."""
   archs = sorted({p.arch for p in points}, key=arch_order)
+  colors = router_colors({p.router for p in points})
   fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
   for ax, arch in zip(axes[0], archs):
     for p in (p for p in points if p.arch == arch):
       if p.router == paper.DENSE:
         draw_dense_reference(ax, p)
         continue
-      color = COLORS.get(p.router, 'gray')
+      color = colors[p.router]
       if p.x_err or p.y_err:
         ax.errorbar(p.x, p.y, xerr=p.x_err, yerr=p.y_err, fmt='none', ecolor=color, lw=0.8)
       ax.scatter(p.x, p.y, marker=MARKERS.get(p.router, 'D'), color=color,
@@ -87,9 +97,8 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
-  routers = sorted({p.router for p in points} - {paper.DENSE},
-                   key=lambda r: paper.ROUTERS.index(r) if r in paper.ROUTERS else 99)
-  handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=COLORS.get(r, 'gray'),
+  routers = sorted({p.router for p in points} - {paper.DENSE}, key=paper.router_order)
+  handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=colors[r],
                         label=paper.ROUTER_TITLES.get(r, r)) for r in routers]
   if any(p.router == paper.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,

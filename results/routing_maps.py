@@ -39,6 +39,7 @@ from vmoe import checkpointing  # pylint: disable=g-import-not-at-top,wrong-impo
 from vmoe import experiment as experiment_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import run_protocol  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import train_program  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 IMAGES = 8
@@ -95,19 +96,21 @@ def route_images(workdir: str, images: np.ndarray,
   _, state, _ = restored
   tokens_per_image = route_tokens_per_image(program.model, images)
   return [LayerRouting(block, *token_experts(route, images.shape[0], tokens_per_image))
-          for block, route in routes(program.model, state.params, images).items()]
+          for block, route in routes(program.model, train_step.model_variables(state),
+                                     images).items()]
 
 
-def routes(model, params, images: np.ndarray) -> dict:
-  """{block name: its router's routing of `images`} of `model` with `params`, in block order."""
+def routes(model, variables, images: np.ndarray) -> dict:
+  """{block name: its router's routing of `images`} of `model` with `variables` (parameters and
+  routers' state, train_step.model_variables), in block order."""
   @jax.jit
-  def apply(params, images):
+  def apply(variables, images):
     _, captured = model.apply(
-        {'params': params}, images, train=False, mutable=['intermediates'],
+        variables, images, train=False, mutable=['intermediates'],
         capture_intermediates=lambda module, _: isinstance(module, router_lib.Router))
     return {block: tree['moe']['router']['__call__'][0][0]
             for block, tree in captured['intermediates'].items()}
-  return dict(sorted(apply(params, images).items()))
+  return dict(sorted(apply(variables, images).items()))
 
 
 def recorded_experiment(workdir: str) -> experiment_lib.Experiment:
@@ -171,16 +174,16 @@ def draw(images: np.ndarray, rows: Sequence[tuple[str, LayerRouting]], patch: in
 
 
 def maps_runs(root: str, capacity: float = 1.0, seed: int = 0) -> list[summaries.Run]:
-  """The runs under root of each paper router at `capacity` and `seed`, with softmax combine,
-  that kept their checkpoints; in the paper's router order."""
+  """The runs under root of each router at `capacity` and `seed`, with softmax combine, that
+  kept their checkpoints: the paper's routers in its order, then any other by name."""
   runs, _ = summaries.load_runs(root)
   chosen = {}
   for run in runs:
     router, c, softmax_combine = run.key[2:]
-    if (router in paper.ROUTERS and c == capacity and softmax_combine and run.seed == seed and
+    if (router != paper.DENSE and c == capacity and softmax_combine and run.seed == seed and
         os.path.isdir(checkpointing.checkpoints_dir(os.path.dirname(run.path)))):
       chosen[router] = run
-  return [chosen[r] for r in paper.ROUTERS if r in chosen]
+  return [chosen[r] for r in sorted(chosen, key=paper.router_order)]
 
 
 def test_images(count: int) -> np.ndarray:

@@ -66,7 +66,7 @@ def test_routes_with_the_newest_intact_checkpoint_and_moves_nothing(tmp_path, mo
   layers = routing_maps.route_images(os.path.join('runs', 'a_run'), images)
   assert sorted(os.listdir(checkpoints)) == ['1', '2']     # The corrupt step 2 stays in place.
   # Step 1's parameters route the images, exactly as the model routes them given those.
-  expected = routing_maps.routes(model, params[1], images)
+  expected = routing_maps.routes(model, {'params': params[1]}, images)
   assert [layer.block for layer in layers] == list(expected) and expected
   for layer, route in zip(layers, expected.values()):
     expert, _ = routing_maps.token_experts(route, images.shape[0], layer.expert.shape[1])

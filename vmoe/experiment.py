@@ -25,7 +25,7 @@ summary.json's resolved_config) parses back into the same record. `config_block(
 other way: the configs build their blocks from the section dataclasses (configs/common.py), so
 every default lives in one place, the dataclass.
 """
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 import dataclasses
 import json
 import math
@@ -45,7 +45,6 @@ from vmoe import moe as moe_lib
 from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
-from vmoe.routing import allocation
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
@@ -109,7 +108,7 @@ class Experiment:
 
   def to_dict(self) -> dict:
     """The resolved config as JSON types (tuples as lists), in the config's layout."""
-    return json.loads(json.dumps(dataclasses.asdict(self)))
+    return json.loads(json.dumps(dataclasses.asdict(self), default=_mapping_as_dict))
 
 
 def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
@@ -210,12 +209,8 @@ def _check_moe_fits_the_model(moe: moe_lib.MoeConfig, model: vit.ModelConfig) ->
     raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
                      f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
                      'moe.num_experts=0 for a dense model.')
-  # Token choice fills at most k T / E <= T slots per expert (k <= E), and Soft MoE's slots are
-  # mixtures, any number of them; an expert choosing its top C tokens needs C <= T.
-  if moe.router.spec.allocation == router_names.EXPERT_CHOICE:
-    num_tokens = moe.images_per_group * model.tokens_per_image     # T of a routing group.
-    allocation.check_expert_choice_capacity(moe.router.capacity(num_tokens, moe.num_experts),
-                                            num_tokens)
+  # Each allocation checks what it needs of T and E (expert choice: C <= T tokens to choose).
+  moe.router.check_shape(moe.images_per_group * model.tokens_per_image, moe.num_experts)
 
 
 # Batch sizes that split into whole routing groups on every device: fitted, or one error.
@@ -299,6 +294,14 @@ def _replace(node, key: str, value):
   return dataclasses.replace(node, **{head: _replace(getattr(node, head), rest, value)})
 
 
+def _mapping_as_dict(value) -> dict:
+  """json.dumps's fallback: a router's options are a FrozenDict (hashable, as a flax Module field
+  must be), written as a dict."""
+  if isinstance(value, Mapping):
+    return dict(value)
+  raise TypeError(f'{type(value).__name__} is not JSON serializable')
+
+
 def config_block(section) -> mlc.ConfigDict:
   """A section dataclass as a config block: every field, nested sections as blocks, and None
   fields as typed placeholders (so that --config.KEY=VALUE can set them)."""
@@ -307,6 +310,8 @@ def config_block(section) -> mlc.ConfigDict:
     value = getattr(section, field.name)
     if dataclasses.is_dataclass(value):
       value = config_block(value)
+    elif isinstance(value, Mapping):   # A router's options: a block of its own.
+      value = mlc.ConfigDict(dict(value))
     elif value is None:
       value = mlc.config_dict.placeholder(_optional_type(field.type))
     values[field.name] = value

@@ -25,6 +25,7 @@ from vmoe import observability
 from vmoe import preemption
 from vmoe import train_evals
 from vmoe import train_program
+from vmoe import train_step
 
 
 @dataclasses.dataclass
@@ -142,7 +143,8 @@ class Actions:
   def evaluate(self, step: int, *, state):
     """Evaluates `state` (train_evals), writes and prints the results, adds them to the record."""
     with self.clock.paused(state):
-      results = self.evaluator(state.params, step, step == self.experiment.num_train_steps)
+      results = self.evaluator(train_step.model_variables(state), step,
+                               step == self.experiment.num_train_steps)
       self.writer.write_scalars(step, results)
       console.say(console.evaluation(step, results))
       self.record.eval_history.append({'step': step, **results})

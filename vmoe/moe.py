@@ -129,7 +129,7 @@ DISPATCHES = ('indices', 'einsum')
 
 def images_per_routing_group(router: router_lib.RouterConfig, group_size: int) -> int:
   """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
-  return 1 if router.spec.allocation == router_lib.SOFT else group_size
+  return 1 if router.spec.allocation.kind == router_lib.SOFT else group_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +169,7 @@ class MoeConfig:
       return
     if self.router is None:
       raise ValueError('an MoE model (moe.num_experts > 0) needs moe.router.')
-    self.router.check_num_experts(self.num_experts)
+    self.router.check_shape(None, self.num_experts)
     if self.every < 1:
       raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {self.every}.')
     if self.group_size < 1:

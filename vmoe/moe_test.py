@@ -10,6 +10,7 @@ import pytest
 from vmoe import moe
 from vmoe.routing import affinity
 from vmoe.routing import allocation
+from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 from vmoe.routing import soft
 
@@ -17,31 +18,39 @@ NUM_EXPERTS, MLP_DIM, GROUP_SIZE = 4, 32, 2
 X = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))          # 4 images of 8 tokens, D=16.
 
 
-def dense_routing_tensors(params, group, config):
+def dense_routing_tensors(variables, group, config):
   """The paper's (D, C) for one group through the dense allocation API (not the layer's index
-  path); the affinity is the registry's, which the router tests check on their own."""
-  spec = config.spec
-  if spec.allocation == router_lib.SOFT:
+  path) for the paper's allocations, through allocation.to_dense of the spec's slots for the
+  others; the affinity and combine are the registry's, which the router tests check on their
+  own."""
+  params, spec = variables['params'], config.spec
+  if spec.allocation.kind == router_lib.SOFT:
     return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
   capacity = config.capacity(group.shape[0], NUM_EXPERTS)
-  logits = group @ params['router']['kernel']
-  probs = affinity.softmax(logits)
-  scores, _ = router_lib.AFFINITIES[spec.affinity](logits, probs, capacity, config)
-  combine_scores = probs if config.softmax_combine else scores
-  if spec.allocation == 'token_choice':
+  state = variables.get(router_lib.ROUTER_STATE, {}).get('router', {})
+  kernel = state['kernel'] if spec.frozen_kernel else params['router']['kernel']
+  logits = group @ kernel
+  inputs = registry.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
+                                state.get('state', {}), False)
+  scores, _ = spec.affinity(inputs)
+  combine_scores = spec.combine_fn(inputs, scores)
+  if spec.allocation_at(train=False) is router_lib.ALLOCATIONS['token_choice']:
     return allocation.token_choice(scores, capacity, int(config.capacity_factor), combine_scores)
-  return allocation.expert_choice(scores, capacity, combine_scores)
+  if spec.allocation_at(train=False) is router_lib.ALLOCATIONS['expert_choice']:
+    return allocation.expert_choice(scores, capacity, combine_scores)
+  slot_token = spec.allocation_at(train=False).slots(scores, capacity, config)
+  return allocation.to_dense(slot_token, allocation.slot_weights(slot_token, combine_scores),
+                             group.shape[0])
 
 
 def reference_moe(variables, x, config):
   """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
-  params = variables['params']
-  experts = params['experts']
-  images_per_group = 1 if config.spec.allocation == router_lib.SOFT else GROUP_SIZE
+  experts = variables['params']['experts']
+  images_per_group = 1 if config.spec.allocation.kind == router_lib.SOFT else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
 
   def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.
-    dispatch, combine = dense_routing_tensors(params, group, config)
+    dispatch, combine = dense_routing_tensors(variables, group, config)
     y = jnp.zeros_like(group)
     for r in range(NUM_EXPERTS):
       expert_inputs = dispatch[:, r, :].T @ group                  # (C, D): row c is X^T D[:, r, c].
@@ -92,9 +101,10 @@ def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_facto
   for path, g, w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(got),
                         jax.tree.leaves(want)):
     np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5, err_msg=jax.tree_util.keystr(path[0]))
-  # The router is trained through the combine weights (and Soft MoE's dispatch).
-  router_grads = jax.tree.leaves(got[0]['params']['router'])
-  assert sum(float(jnp.abs(g).sum()) for g in router_grads) > 0
+  # The router is trained through the combine weights (and Soft MoE's dispatch), unless it is
+  # fixed at initialisation.
+  router_grads = jax.tree.leaves(got[0]['params'].get('router', {}))
+  assert config.spec.frozen_kernel or sum(float(jnp.abs(g).sum()) for g in router_grads) > 0
 
 
 @pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_ec'])

@@ -4,7 +4,7 @@ This binds the model, mesh and data to evaluation/ (pure precision@1 and the few
 know nothing of models or meshes).
 
 `make_evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=, safe_point=)` returns
-evaluate(params, step, is_last) -> {metric name: float}, at the steps `due_steps` lists:
+evaluate(variables, step, is_last) -> {metric name: float}, at the steps `due_steps` lists:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
@@ -95,22 +95,22 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
                    eval_config: classify.EvalConfig,
                    fewshot_config: fewshot.FewShotConfig, loss: str,
                    safe_point: Callable[[], None]):
-  """evaluate(params, step, is_last) -> dict of float metrics (see the module docstring); `loss`
+  """evaluate(variables, step, is_last) -> dict of float metrics (see the module docstring); `loss`
   names the training loss (vmoe/losses.py) that upstream/loss reports; safe_point() runs before
   every batch."""
   batch_sharding = sharding.batch_sharding(mesh)
 
   @jax.jit
-  def forward(params, images):
-    logits, aux = model.apply({'params': params}, images, train=False)
+  def forward(variables, images):   # variables: train_step.model_variables, routers frozen.
+    logits, aux = model.apply(variables, images, train=False)
     return logits, aux['pre_logits'], train_step.router_summary(aux['router'])
 
-  def upstream(params) -> dict:
+  def upstream(variables) -> dict:
     router_sums, num_batches = {}, 0
 
     def predict(images):
       nonlocal router_sums, num_batches
-      logits, _, router = forward(params, images)
+      logits, _, router = forward(variables, images)
       router_sums = jax.tree.map(lambda a, b: a + b, router_sums, router) if router_sums else router
       num_batches += 1
       return logits
@@ -126,8 +126,8 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
       results[key] = float(total) / num_batches
     return results
 
-  def fewshot_results(params) -> dict:
-    whole_batch_features = whole_batch_fn(lambda images: forward(params, images)[1], mesh)
+  def fewshot_results(variables) -> dict:
+    whole_batch_features = whole_batch_fn(lambda images: forward(variables, images)[1], mesh)
 
     def features(images):
       safe_point()
@@ -138,12 +138,12 @@ def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
         shots=fewshot_config.shots, seeds=fewshot_config.seeds, l2_grid=fewshot_config.l2_grid)
     return dict(evaluator.run(features))
 
-  def evaluate(params, step: int, is_last: bool) -> dict:
+  def evaluate(variables, step: int, is_last: bool) -> dict:
     results = {}
     if is_last or step % eval_config.every_steps == 0:
-      results.update(upstream(params))
+      results.update(upstream(variables))
     if _fewshot_due(fewshot_config, step, is_last):
-      results.update(fewshot_results(params))
+      results.update(fewshot_results(variables))
     return {k: float(v) for k, v in results.items()}
 
   return evaluate

@@ -12,50 +12,62 @@ import optax
 
 from vmoe import losses
 from vmoe import sharding
+from vmoe.routing import router as router_lib
 
 StepFn = Callable[[Any, dict, jax.Array], tuple[Any, dict]]
 
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a resumed run needs besides the data position: step, parameters, optimizer."""
+  """Everything a resumed run needs besides the data position: step, parameters, optimizer, and
+  the routers' state (router.ROUTER_STATE: non-gradient arrays a router keeps across steps, {}
+  when no router has any). The router state is not trained: it stays out of the optimizer, the
+  gradients and their norm, and the routers update it in the step itself."""
   step: jax.Array
   params: Any
   opt_state: Any
+  router_state: Any = flax.struct.field(default_factory=dict)
+
+
+def model_variables(state: TrainState) -> dict:
+  """The variables every apply of the model takes: the parameters and the routers' state."""
+  return {'params': state.params, router_lib.ROUTER_STATE: state.router_state}
 
 
 def init_fn(model: nn.Module, tx: optax.GradientTransformation, image_shape: tuple):
   """rng -> a fresh TrainState for batches of images of `image_shape` (B, H, W, C)."""
   def init(rng: jax.Array) -> TrainState:
-    params = model.init(rng, jnp.zeros(image_shape, jnp.float32), train=False)['params']
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    variables = model.init(rng, jnp.zeros(image_shape, jnp.float32), train=False)
+    params = variables['params']
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      router_state=dict(variables.get(router_lib.ROUTER_STATE, {})))
   return init
 
 
 def training_loss(model: nn.Module, params, images: jax.Array, labels: jax.Array, rng: jax.Array,
-                  loss_kind: str):
-  """(classification loss + the MoE auxiliary loss, (classification loss, model aux)) of one
-  batch in training mode: dropout and router noise on, drawn from `rng`."""
+                  loss_kind: str, router_state=None):
+  """(classification loss + the MoE auxiliary loss, (classification loss, model aux, the routers'
+  updated state)) of one batch in training mode: dropout and router noise on, drawn from `rng`."""
   dropout_rng, gating_rng = jax.random.split(rng)
-  logits, aux = model.apply({'params': params}, images, train=True,
-                            rngs={'dropout': dropout_rng, 'gating': gating_rng})
+  (logits, aux), updated = model.apply(
+      {'params': params, router_lib.ROUTER_STATE: router_state or {}}, images, train=True,
+      rngs={'dropout': dropout_rng, 'gating': gating_rng}, mutable=[router_lib.ROUTER_STATE])
   xent = losses.classification_loss(logits, labels, loss_kind)
-  return xent + aux['aux_loss'], (xent, aux)
+  return xent + aux['aux_loss'], (xent, aux, dict(updated.get(router_lib.ROUTER_STATE, {})))
 
 
 def router_summary(router_metrics: dict) -> dict:
-  """Per MoE block scalars for logging: dropped tokens, experts per token, load imbalance, and the
-  sparsity-constrained solver's row error and fallback count where it runs."""
+  """Per MoE block scalars for logging: dropped tokens, experts per token, load imbalance, and
+  every scalar metric of the router's own (the sparsity-constrained solver's row error and
+  fallback count, a registered router's RouterSpec.metrics); not the auxiliary loss, logged
+  whole."""
   out = {}
   for block, m in router_metrics.items():
-    for key in ('dropped_tokens', 'experts_per_token_mean', 'experts_per_token_min',
-                'experts_per_token_max'):
-      out[f'router/{block}/{key}'] = m[key]
+    for key, value in m.items():
+      if key not in ('expert_load', 'aux_loss') and jnp.ndim(value) == 0:
+        out[f'router/{block}/{key}'] = value
     load = m['expert_load']   # max/mean load: 1 is perfect balance.
     out[f'router/{block}/load_max_over_mean'] = jnp.max(load) / jnp.maximum(jnp.mean(load), 1e-9)
-    for key in ('solver_row_error', 'solver_fallbacks'):   # Sparsity-constrained routers only.
-      if key in m:
-        out[f'router/{block}/{key}'] = m[key]
   return out
 
 
@@ -64,11 +76,12 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, loss_kin
 
   def train_step(state: TrainState, batch: dict, rng: jax.Array):
     loss_fn = lambda params: training_loss(model, params, batch['image'], batch['labels'], rng,
-                                           loss_kind)
-    (loss, (xent, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+                                           loss_kind, state.router_state)
+    (loss, (xent, aux, router_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params)
     metrics = {'loss': loss, 'xent': xent, 'aux_loss': aux['aux_loss'],
                'grad_norm': optax.global_norm(grads), **router_summary(aux['router'])}
-    return apply_gradients(tx, state, grads), metrics
+    return apply_gradients(tx, state.replace(router_state=router_state), grads), metrics
 
   return train_step
 
@@ -77,8 +90,8 @@ def apply_gradients(tx: optax.GradientTransformation, state: TrainState, grads) 
   """The optimizer's update of `state` by `grads`: the step's work per parameter, which does not
   depend on the batch (bench/paper_step.py times it alone)."""
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  return TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                    opt_state=opt_state)
+  return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                       opt_state=opt_state)
 
 
 # V-MoE mixes each example with one other (configs/vmoe_paper/common.py get_mixup_config: size = 2;

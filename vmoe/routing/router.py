@@ -9,37 +9,39 @@ returns dense tensors (`DenseRouting`). The maths lives in pure functions (affin
 allocation.py, soft.py, losses.py); the `Router` module only owns the parameters and the noise.
 """
 import dataclasses
-from typing import NamedTuple
+import math
+from typing import Any, Mapping, NamedTuple
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vmoe.routing import affinity
+from vmoe.routing import lab_routers
 from vmoe.routing import allocation
 from vmoe.routing import losses
 from vmoe.routing import names
+from vmoe.routing import registry
 from vmoe.routing import soft
 
 
-# Affinities by name: (logits (S, E), probs = softmax(logits), capacity C, RouterConfig) ->
-# (scores (S, E), the sparsity-constrained solver's SolverReport or None). A new affinity is one
-# such function and one entry in AFFINITIES; routers then name it in names.ROUTERS.
+# The paper's affinities: GroupInputs -> (dispatch scores (S, E), the sparsity-constrained
+# solver's SolverReport or None).
 
 
-def _softmax_scores(logits, probs, capacity, config):
-  del logits, capacity, config   # Pi_softmax is softmax(X W) itself.
-  return probs, None
+def _softmax_scores(inputs: registry.GroupInputs):
+  return inputs.probs, None     # Pi_softmax is softmax(X W) itself.
 
 
-def _sinkhorn_scores(logits, probs, capacity, config):
-  del probs, capacity
-  return affinity.sinkhorn(logits, config.sinkhorn_iters), None
+def _sinkhorn_scores(inputs: registry.GroupInputs):
+  return affinity.sinkhorn(inputs.logits, inputs.config.sinkhorn_iters), None
 
 
-def _sparsity_constrained_scores(logits, probs, capacity, config):
-  del logits   # The paper's utility is softmax(X W).
-  return affinity.sparsity_constrained_with_info(probs, capacity, config.sparsity_steps,
+def _sparsity_constrained_scores(inputs: registry.GroupInputs):
+  config = inputs.config   # The paper's utility is softmax(X W).
+  return affinity.sparsity_constrained_with_info(inputs.probs, inputs.capacity,
+                                                 config.sparsity_steps,
                                                  memory_size=config.sparsity_memory,
                                                  warm_start_iters=config.sparsity_warm_start)
 
@@ -49,54 +51,45 @@ AFFINITIES = {
     'sinkhorn': _sinkhorn_scores,
     'sparsity_constrained': _sparsity_constrained_scores,
 }
+ALLOCATIONS = {a.kind: a for a in (registry.TOKEN_CHOICE, registry.EXPERT_CHOICE, registry.SOFT)}
 
-
-# Sparse allocations by name: (scores (S, E), capacity C, RouterConfig) -> slot_token (E, C).
-
-
-def _token_choice_slots(scores, capacity, config):
-  return allocation.token_choice_slots(scores, capacity, int(config.capacity_factor))
-
-
-def _expert_choice_slots(scores, capacity, config):
-  del config
-  return allocation.expert_choice_slots(scores, capacity)
-
-
-ALLOCATIONS = {names.TOKEN_CHOICE: _token_choice_slots, names.EXPERT_CHOICE: _expert_choice_slots}
-SOFT = names.SOFT
-
-
-def _check_name(kind: str, name, registry) -> None:
-  if name not in registry:
-    raise ValueError(f'unknown {kind} {name!r}; valid: {", ".join(registry)}.')
-
-
-@dataclasses.dataclass(frozen=True)
-class RouterSpec:
-  """Which affinity (an AFFINITIES name) feeds which allocation (an ALLOCATIONS name); Soft MoE
-  has affinity None and allocation SOFT. Unknown names fail listing the valid ones."""
-  affinity: str | None
-  allocation: str
-
-  def __post_init__(self):
-    if self.allocation == SOFT and self.affinity is None:
-      return
-    _check_name('affinity', self.affinity, AFFINITIES)
-    _check_name('allocation', self.allocation, ALLOCATIONS)
-
-
-# Router name -> RouterSpec, from names.py's JAX-free table (the paper's six routers and
-# sparsity_tc); a router naming an unknown affinity or allocation fails here, at import.
-ROUTERS = {name: RouterSpec(*parts) for name, parts in names.ROUTERS.items()}
+# The paper's presets (docs/fidelity.md traces each). V-MoE's router noise, std noise_std / E with
+# noise_std = 1.0 ("Actually, it's 1.0 / num_experts"), for the softmax and Sinkhorn routers: the
+# paper's softmax affinity is softmax(X W + sigma eps) for Softmax Token and Expert Choice (eq.
+# softmax-affinity), and the reference's expert-choice and Sinkhorn routers default to the same
+# noise (vmoe/nn/routing.py). Only Softmax Token Choice needs balancing losses (Sec. 3.1, Appendix
+# A): importance and load losses of weight 0.005 each (V-MoE common.get_vmoe_config); Sinkhorn
+# (Sec. 3.2: "eliminate the need for auxiliary losses"), expert choice (balanced by
+# construction) and Soft MoE use neither. The reference's token-choice Sinkhorn (KL-projection)
+# router combines with the softmax of the clean logits
+# (vmoe/projects/sparsity_constrained_ot/kl_projection_routing.py, `gates_softmax_noisy =
+# jax.nn.softmax(gates_logits)`); its other routers with the noisy softmax (docs/fidelity.md, D5).
+_NOISE = {'noise_std': 1.0}
+_BALANCED = {'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
+_PAPER_PRESETS = {
+    'softmax_tc': {**_NOISE, **_BALANCED},
+    'sinkhorn_tc': {**_NOISE, 'noisy_combine': False},
+    'softmax_ec': _NOISE,
+    'sinkhorn_ec': _NOISE,
+}
+_TITLES = {
+    'softmax_tc': 'Softmax Token Choice', 'sinkhorn_tc': 'Sinkhorn Token Choice',
+    'sparsity_tc': 'Sparsity-constrained Token Choice', 'softmax_ec': 'Softmax Expert Choice',
+    'sinkhorn_ec': 'Sinkhorn Expert Choice', 'sparsity_ec': 'Sparsity-constrained Expert Choice',
+    'soft_moe': 'Soft MoE',
+}
+# names.py's JAX-free table (the paper's six routers and sparsity_tc), registered here.
+for _name, (_affinity, _allocation) in names.ROUTERS.items():
+  registry.register(_name, registry.RouterSpec(
+      AFFINITIES[_affinity] if _affinity else None, ALLOCATIONS[_allocation],
+      presets=_PAPER_PRESETS.get(_name, {}), title=_TITLES[_name]))
+lab_routers.register()   # The routers published after the paper.
+registry.BUILT_IN.update(registry.ROUTERS)
+ROUTERS = registry.ROUTERS
 PAPER_ROUTERS = names.PAPER_ROUTERS
-
-
-def get_router_spec(name: str) -> RouterSpec:
-  """Looks a router up by name; an unknown name fails listing the valid ones."""
-  if name not in ROUTERS:
-    raise ValueError(f'unknown router {name!r}; valid routers: {", ".join(sorted(ROUTERS))}.')
-  return ROUTERS[name]
+SOFT = names.SOFT
+RouterSpec = registry.RouterSpec
+get_router_spec = registry.get
 
 
 def sparsity_solver_defaults(capacity_factor: float) -> tuple[int, int]:
@@ -110,14 +103,6 @@ def sparsity_solver_defaults(capacity_factor: float) -> tuple[int, int]:
   return (5, 10) if capacity_factor <= 1 else (10, 0)
 
 
-# Routers whose combine weights take the softmax of the clean logits in training, when
-# RouterConfig.noisy_combine is not set: the reference's token-choice Sinkhorn (KL-projection)
-# router does (vmoe/projects/sparsity_constrained_ot/kl_projection_routing.py, where
-# `gates_softmax_noisy = jax.nn.softmax(gates_logits)`), and so does the paper's softmax(X W).
-# Its other routers combine with the noisy softmax (docs/fidelity.md, D5).
-CLEAN_COMBINE_ROUTERS = ('sinkhorn_tc',)
-
-
 @dataclasses.dataclass(frozen=True)
 class RouterConfig:
   """Everything that defines a router; built from `config.moe.router` (`RouterConfig(**cfg)`).
@@ -126,17 +111,22 @@ class RouterConfig:
   token choice; the buffer capacity is C = round(c * T / E), rounded by capacity_rounding
   (allocation.CAPACITY_ROUNDINGS; default the paper's round, halves to even).
   noise_std is relative, as V-MoE's: the Gaussian noise added to the logits in training has std
-  noise_std / E. The default 0 means no noise; the paper configs' presets (configs/common.py,
-  moe_config) set 1.0, the reference routers' default, for the softmax and Sinkhorn routers.
+  noise_std / E. The default 0 means no noise; the router's presets (RouterSpec.presets, which
+  configs/common.py moe_config applies) set 1.0, the reference routers' default, for the softmax
+  and Sinkhorn routers.
   softmax_combine: sparse routers whose affinity is not softmax dispatch with it but combine with
   softmax(X W) at the dispatched positions (the paper's trick); False combines with the affinity.
   noisy_combine: in training, whether that softmax is of the noisy logits the router dispatched
-  with (True) or of the clean ones (False); None (the default) takes the reference's choice for
-  the router (False for CLEAN_COMBINE_ROUTERS, True otherwise). Without noise both are the same.
+  with (True) or of the clean ones (False); None (the default) takes the router's preset (True
+  where it has none). Without noise both are the same.
   sparsity_steps and sparsity_warm_start: L-BFGS steps of the sparsity-constrained OT solver and
   Sinkhorn iterations of its entropic starting point (0: start at 0); see
   affinity.sparsity_constrained. None (the default) takes `sparsity_solver_defaults(c)`;
   sparsity_memory: the curvature pairs its L-BFGS keeps.
+  options: the router's own knobs (RouterSpec.options), given values over its defaults; an
+  unknown key fails listing the valid ones.
+  module: the module that registers this router, for a router of a user's own
+  (registry.import_router_module: a dotted name or a .py path); '' for the built-in routers.
   The defaults are the configs' (configs/common.py builds `config.moe.router` from this class).
   """
   name: str
@@ -151,26 +141,35 @@ class RouterConfig:
   sparsity_warm_start: int | None = None
   sparsity_memory: int = 3
   capacity_rounding: str = 'round_half_even'
+  options: Mapping[str, Any] = flax.core.FrozenDict()
+  module: str = ''
 
   def __post_init__(self):
-    spec = get_router_spec(self.name)
+    registry.import_router_module(self.module)
+    spec = registry.get(self.name)
     steps, warm_start = sparsity_solver_defaults(self.capacity_factor)
     if self.sparsity_steps is None:
       object.__setattr__(self, 'sparsity_steps', steps)
     if self.sparsity_warm_start is None:
       object.__setattr__(self, 'sparsity_warm_start', warm_start)
     if self.noisy_combine is None:
-      object.__setattr__(self, 'noisy_combine', self.name not in CLEAN_COMBINE_ROUTERS)
-    if self.capacity_factor <= 0:
+      object.__setattr__(self, 'noisy_combine', spec.presets.get('noisy_combine', True))
+    given = dict(self.options or {})
+    unknown = sorted(set(given) - set(spec.options))
+    if unknown:
+      raise ValueError(f'router {self.name} has no option {", ".join(unknown)}; its options: '
+                       f'{", ".join(sorted(spec.options)) or "none"} (moe.router.options).')
+    object.__setattr__(self, 'options', flax.core.FrozenDict({**spec.options, **given}))
+    if not math.isfinite(self.capacity_factor) or self.capacity_factor <= 0:
       raise ValueError(f'router {self.name}: capacity factor must be > 0, got '
                        f'{self.capacity_factor} (moe.router.capacity_factor).')
-    if spec.allocation == names.TOKEN_CHOICE and int(self.capacity_factor) != self.capacity_factor:
-      raise ValueError(f'router {self.name}: token choice uses capacity_factor as k, the number of '
-                       f'experts per token, which must be an integer; got {self.capacity_factor} '
-                       '(moe.router.capacity_factor).')
-    if self.noise_std < 0 or self.importance_loss_weight < 0 or self.load_loss_weight < 0:
-      raise ValueError(f'router {self.name}: noise_std and loss weights must be >= 0.')
-    if self.load_loss_weight > 0 and (spec.allocation != names.TOKEN_CHOICE or self.noise_std <= 0):
+    for allocation_used in {spec.allocation, spec.allocation_at(train=False)}:
+      allocation_used.check(self, None, None)
+    weights = (self.noise_std, self.importance_loss_weight, self.load_loss_weight)
+    if not all(math.isfinite(w) and w >= 0 for w in weights):
+      raise ValueError(f'router {self.name}: noise_std and loss weights must be finite and >= 0.')
+    if self.load_loss_weight > 0 and (spec.allocation.kind != names.TOKEN_CHOICE
+                                      or self.noise_std <= 0):
       raise ValueError(f'router {self.name}: the load loss is defined for token choice with router '
                        'noise; set load_loss_weight=0 or use noise_std > 0 with a *_tc router.')
     if self.sinkhorn_iters < 1 or self.sparsity_steps < 0 or self.sparsity_warm_start < 0:
@@ -183,16 +182,15 @@ class RouterConfig:
                        f'{", ".join(allocation.CAPACITY_ROUNDINGS)}.')
 
   @property
-  def spec(self) -> RouterSpec:
-    return ROUTERS[self.name]
+  def spec(self) -> registry.RouterSpec:
+    return registry.get(self.name)
 
-  def check_num_experts(self, num_experts: int) -> None:
-    """Token choice selects k <= E experts per token; fails naming both otherwise (moe.MoeConfig
-    checks it as it is built)."""
-    if self.spec.allocation == names.TOKEN_CHOICE and self.capacity_factor > num_experts:
-      raise ValueError(f'router {self.name} selects k={int(self.capacity_factor)} experts per '
-                       f'token but only E={num_experts} experts exist; lower k '
-                       '(moe.router.capacity_factor) or raise moe.num_experts.')
+  def check_shape(self, num_tokens: int | None, num_experts: int) -> None:
+    """The allocations' checks that need T (tokens per group; None where not yet known) and E,
+    in training and in evaluation; each fails saying what to change."""
+    spec = self.spec
+    for allocation_used in {spec.allocation, spec.allocation_at(train=False)}:
+      allocation_used.check(self, num_tokens, num_experts)
 
   def capacity(self, num_tokens: int, num_experts: int) -> int:
     """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens."""
@@ -213,28 +211,33 @@ class DenseRouting(NamedTuple):
   combine: jax.Array
 
 
-def route_group(logits: jax.Array, config: RouterConfig, capacity: int,
-                clean_logits: jax.Array | None = None):
-  """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight, report).
+def route_inputs(inputs: registry.GroupInputs):
+  """Sparse routing of one group by its router's spec -> (slot_token, slot_weight, report,
+  dispatch scores).
 
   slot_token and slot_weight are (E, C); report is the sparsity-constrained solver's
   affinity.SolverReport, None for the other affinities. The affinity picks the dispatch (a
-  discrete choice: no gradient flows through it); the combine weights are softmax(logits) at the
-  dispatched positions (softmax(clean_logits) when given and config.noisy_combine is False: the
-  logits before training noise), or the affinity itself when softmax_combine is off, and carry
-  the router's gradient.
+  discrete choice: no gradient flows through it); the spec's combine gives the weights at the
+  dispatched positions and carries the router's gradient.
   """
-  spec = config.spec
-  probs = affinity.softmax(logits)
-  scores, report = AFFINITIES[spec.affinity](logits, probs, capacity, config)
-  slot_token = ALLOCATIONS[spec.allocation](jax.lax.stop_gradient(scores), capacity, config)
-  if not config.softmax_combine:
-    combine_scores = scores
-  elif clean_logits is None or config.noisy_combine:
-    combine_scores = probs
-  else:
-    combine_scores = affinity.softmax(clean_logits)
-  return slot_token, allocation.slot_weights(slot_token, combine_scores), report
+  spec = inputs.config.spec
+  scores, report = spec.affinity(inputs)
+  slots = spec.allocation_at(inputs.train).slots
+  slot_token = slots(jax.lax.stop_gradient(scores), inputs.capacity, inputs.config)
+  combine_scores = spec.combine_fn(inputs, scores)
+  return slot_token, allocation.slot_weights(slot_token, combine_scores), report, scores
+
+
+def route_group(logits: jax.Array, config: RouterConfig, capacity: int,
+                clean_logits: jax.Array | None = None, state=None, train: bool = True):
+  """Sparse routing of one group: logits (S, E) -> (slot_token, slot_weight, report).
+
+  clean_logits: the logits before training noise (default: `logits`, no noise drawn); state:
+  the router's state ({} without); see route_inputs.
+  """
+  inputs = registry.GroupInputs(logits, logits if clean_logits is None else clean_logits,
+                                affinity.softmax(logits), capacity, config, state or {}, train)
+  return route_inputs(inputs)[:3]
 
 
 def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
@@ -255,14 +258,23 @@ def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
   return total
 
 
+ROUTER_STATE = 'router_state'   # The flax collection of the routers' states (TrainState's too).
+
+
 class Router(nn.Module):
-  """Owns the router parameters (W (D, E), or Soft MoE's Phi (D, E, C) and scale) and the noise.
+  """Owns the router parameters (W (D, E), or Soft MoE's Phi (D, E, C) and scale), its state and
+  the noise.
 
   Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, metrics): metrics holds
-  'aux_loss' and, for the sparsity-constrained affinity, the solver's health over the G groups,
-  'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how many groups' solvers
-  returned their start; see affinity.SolverReport). Training noise draws from the 'gating' RNG
-  stream.
+  'aux_loss', the spec's own metrics and, for the sparsity-constrained affinity, the solver's
+  health over the G groups, 'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how
+  many groups' solvers returned their start; see affinity.SolverReport). Training noise draws from
+  the 'gating' RNG stream.
+
+  A router with a RouterState keeps it in the ROUTER_STATE collection ('state'; a frozen gating
+  kernel is 'kernel' there). In training, where that collection is mutable, the state is updated
+  once per call, after routing with the old state, from the statistics summed over all G groups
+  (under a mesh the sum spans every device). Evaluation passes the collection immutable: frozen.
   """
   config: RouterConfig
   num_experts: int
@@ -271,7 +283,8 @@ class Router(nn.Module):
   def __call__(self, x: jax.Array, *, train: bool):
     _, num_tokens, dim = x.shape
     capacity = self.config.capacity(num_tokens, self.num_experts)
-    if self.config.spec.allocation == SOFT:
+    spec = self.config.spec
+    if spec.allocation.slots is None:
       # lecun_normal with its default axes on (D, E, C), as the reference's Soft MoE router
       # initialises its (D, E, C) slot parameters: fan-in = E * D (in_axis E, receptive field D),
       # so Phi starts sqrt(E) times smaller than with fan-in D.
@@ -280,18 +293,41 @@ class Router(nn.Module):
       dispatch, combine = jax.vmap(soft.soft_routing, in_axes=(0, None, None))(x, phi, scale)
       return DenseRouting(dispatch, combine), {'aux_loss': jnp.zeros((), jnp.float32)}
 
-    kernel = self.param('kernel', nn.initializers.lecun_normal(), (dim, self.num_experts))
+    shape = (dim, self.num_experts)
+    if spec.frozen_kernel:   # Drawn at init, kept out of the parameters (and the optimizer).
+      kernel = self.variable(ROUTER_STATE, 'kernel', lambda: nn.initializers.lecun_normal()(
+          self.make_rng('params'), shape)).value
+    else:
+      kernel = self.param('kernel', nn.initializers.lecun_normal(), shape)
+    state = None
+    if spec.state is not None:
+      state = self.variable(ROUTER_STATE, 'state', lambda: spec.state.init(
+          self.make_rng('params'), dim, self.num_experts, self.config))
     logits = jnp.einsum('gsd,de->gse', x.astype(jnp.float32), kernel)
     noisy_logits = logits
     if train and self.config.noise_std > 0:
       std = self.config.noise_std / self.num_experts
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
-    # The clean logits go along only when noise was drawn: otherwise they are the routed ones.
-    routed = (noisy_logits,) if noisy_logits is logits else (noisy_logits, logits)
-    slot_token, slot_weight, report = jax.vmap(
-        lambda noisy, clean=None: route_group(noisy, self.config, capacity, clean))(*routed)
+    values = {} if state is None else state.value
+
+    def inputs_of(noisy, clean):   # One group's inputs; the state is shared by all groups.
+      return registry.GroupInputs(noisy, clean, affinity.softmax(noisy), capacity, self.config,
+                                  values, train)
+
+    slot_token, slot_weight, report, scores = jax.vmap(
+        lambda noisy, clean: route_inputs(inputs_of(noisy, clean)))(noisy_logits, logits)
     metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
+    if spec.loss is not None:
+      metrics['aux_loss'] += spec.loss(logits, self.config)
+    if spec.metrics is not None:
+      metrics.update(spec.metrics(noisy_logits, slot_token, self.config))
     if report is not None:
       metrics.update(solver_row_error=jnp.mean(report.row_error),
                      solver_fallbacks=jnp.sum(report.fell_back))
+    if (train and state is not None and spec.state.update is not None
+        and self.is_mutable_collection(ROUTER_STATE)):
+      per_group = jax.vmap(lambda noisy, clean, scores, slots: spec.state.statistics(
+          inputs_of(noisy, clean), scores, slots))(noisy_logits, logits, scores, slot_token)
+      summed = jax.tree.map(lambda v: jnp.sum(jax.lax.stop_gradient(v), axis=0), per_group)
+      state.value = spec.state.update(state.value, summed, self.config)
     return SparseRouting(slot_token, slot_weight), metrics

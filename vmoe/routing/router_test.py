@@ -9,6 +9,7 @@ import pytest
 from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import names
+from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 
 # Jitted (a RouterConfig is hashable): run eagerly, every operation of a router compiles on its own.
@@ -17,46 +18,55 @@ route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2))
 
 def test_registry_has_the_paper_routers_and_rejects_unknown_names():
   assert set(router_lib.PAPER_ROUTERS) <= set(router_lib.ROUTERS)
-  with pytest.raises(ValueError, match='unknown router .*valid routers: sinkhorn_ec, sinkhorn_tc'):
+  with pytest.raises(ValueError, match='unknown router .*valid routers: .*sinkhorn_ec, sinkhorn_tc.*'
+                                       'router_module=PATH'):
     router_lib.get_router_spec('sinkhorn')
   with pytest.raises(ValueError, match='unknown router'):
     router_lib.RouterConfig(name='top2', capacity_factor=1)
 
 
-def test_specs_name_registered_pieces_and_unknown_ones_fail_listing_the_valid():
-  # The registry is names.py's JAX-free table, each entry checked as a RouterSpec.
-  assert {n: (s.affinity, s.allocation) for n, s in router_lib.ROUTERS.items()} == names.ROUTERS
+def test_paper_specs_compose_names_tables_pieces_and_their_presets():
+  # The paper's routers are names.py's JAX-free table, each an affinity and an allocation.
   assert router_lib.PAPER_ROUTERS is names.PAPER_ROUTERS
-  for spec in router_lib.ROUTERS.values():
-    assert spec.affinity in router_lib.AFFINITIES or spec == router_lib.RouterSpec(None, 'soft')
-    assert spec.allocation in router_lib.ALLOCATIONS or spec.allocation == router_lib.SOFT
-  with pytest.raises(ValueError, match="unknown affinity 'entropic'; valid: softmax, sinkhorn, "
-                                       "sparsity_constrained"):
-    router_lib.RouterSpec('entropic', 'expert_choice')
-  with pytest.raises(ValueError, match="unknown allocation 'soft'; valid: token_choice, "
-                                       "expert_choice"):
-    router_lib.RouterSpec('softmax', 'soft')    # Soft MoE has no affinity.
+  for name, (affinity_name, allocation_kind) in names.ROUTERS.items():
+    spec = router_lib.ROUTERS[name]
+    assert spec.affinity is (router_lib.AFFINITIES[affinity_name] if affinity_name else None)
+    assert spec.allocation is router_lib.ALLOCATIONS[allocation_kind]
+  # Presets are fields of the spec (docs/fidelity.md traces each).
+  assert router_lib.ROUTERS['softmax_tc'].presets == {
+      'noise_std': 1.0, 'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
+  assert router_lib.ROUTERS['sinkhorn_tc'].presets == {'noise_std': 1.0, 'noisy_combine': False}
+  assert router_lib.ROUTERS['sparsity_ec'].presets == {} == router_lib.ROUTERS['soft_moe'].presets
+  with pytest.raises(ValueError, match='affinity exactly when its allocation has slots'):
+    router_lib.RouterSpec(None, router_lib.ALLOCATIONS['expert_choice'])
+  with pytest.raises(ValueError, match='affinity exactly when'):
+    router_lib.RouterSpec(router_lib.AFFINITIES['softmax'], router_lib.ALLOCATIONS['soft'])
+  with pytest.raises(ValueError, match='taken by this repository'):
+    registry.register('softmax_tc', router_lib.RouterSpec(router_lib.AFFINITIES['sinkhorn'],
+                                                          router_lib.ALLOCATIONS['token_choice']))
+
+
+def _inputs(logits, config, capacity=2, state=None):
+  return registry.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
+                              state or {}, True)
 
 
 def test_registry_entries_compute_their_affinity():
   # logits (3 tokens, 2 experts); softmax rows: [e^1, 1] / (e + 1) = [0.731059, 0.268941], ...
   logits = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
   config = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, sinkhorn_iters=3)
-  probs = affinity.softmax(logits)
-  scores, report = router_lib.AFFINITIES['softmax'](logits, probs, 2, config)
+  scores, report = router_lib.AFFINITIES['softmax'](_inputs(logits, config))
   np.testing.assert_allclose(scores[0], [0.731059, 0.268941], rtol=1e-5)
   assert report is None
-  scores, _ = router_lib.AFFINITIES['sinkhorn'](logits, probs, 2, config)
+  scores, _ = router_lib.AFFINITIES['sinkhorn'](_inputs(logits, config))
   np.testing.assert_array_equal(scores, affinity.sinkhorn(logits, 3))
 
 
-def test_a_new_affinity_is_one_function_and_one_entry(monkeypatch):
+def test_a_new_router_is_one_registry_entry(monkeypatch):
   # 'reversed' prefers the experts softmax ranks last; expert choice then takes, per expert, the
   # C = round(4 / 2) = 2 tokens with the LOWEST softmax score for it.
-  monkeypatch.setitem(router_lib.AFFINITIES, 'reversed',
-                      lambda logits, probs, capacity, config: (1.0 - probs, None))
-  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec',
-                      router_lib.RouterSpec('reversed', 'expert_choice'))
+  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', router_lib.RouterSpec(
+      lambda inputs: (1.0 - inputs.probs, None), router_lib.ALLOCATIONS['expert_choice']))
   config = router_lib.RouterConfig(name='reversed_ec', capacity_factor=1)
   logits = jnp.array([[3.0, 0.0], [2.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # Expert 0 prob falls.
   slot_token, _, _ = router_lib.route_group(logits, config, capacity=2)
@@ -88,10 +98,20 @@ def test_sparsity_solver_defaults_follow_the_capacity():
     router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_memory=0)
 
 
-def test_more_experts_per_token_than_experts_fails():
+def test_each_allocation_owns_its_checks():
   config = router_lib.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
   with pytest.raises(ValueError, match='k=3 experts per token but only E=2'):
-    config.check_num_experts(num_experts=2)
+    config.check_shape(None, num_experts=2)
+  # Expert choice: C = round(3 x 4 / 2) = 6 > T = 4 tokens to choose from.
+  with pytest.raises(ValueError, match='capacity'):
+    router_lib.RouterConfig(name='softmax_ec', capacity_factor=3).check_shape(4, 2)
+  router_lib.RouterConfig(name='softmax_ec', capacity_factor=1).check_shape(4, 2)
+  with pytest.raises(ValueError, match="has no option top_q; its options: balance_loss_weight"):
+    router_lib.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_q': 0.5})
+  topp = router_lib.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_p': 0.5})
+  assert dict(topp.options) == {'top_p': 0.5, 'dynamic_loss_weight': 1e-4,
+                                'balance_loss_weight': 1e-2}
+  assert hash(topp) == hash(router_lib.RouterConfig('topp_tc', 2, options={'top_p': 0.5}))
 
 
 @pytest.mark.parametrize('name', sorted(router_lib.ROUTERS))
@@ -102,19 +122,26 @@ def test_router_parameters_and_outputs(name):
 
   @jax.jit   # The init and the routing in one program: one compilation.
   def init_and_route():
-    params = module.init(jax.random.PRNGKey(1), x, train=False)['params']
-    return params, *module.apply({'params': params}, x, train=False)
-  params, route, aux = init_and_route()
+    variables = module.init(jax.random.PRNGKey(1), x, train=False)
+    return variables, *module.apply(variables, x, train=False)
+  variables, route, aux = init_and_route()
+  params = variables.get('params', {})
   capacity = 8                                                     # round(2 * 16 / 4).
-  if name == 'soft_moe':
+  spec = router_lib.ROUTERS[name]
+  if spec.frozen_kernel:   # Drawn once, kept in the router state, out of the parameters.
+    assert params == {} and variables[router_lib.ROUTER_STATE]['kernel'].shape == (8, 4)
+  elif name == 'soft_moe':
     assert params['phi'].shape == (8, 4, capacity) and params['scale'].shape == ()
     assert route.dispatch.shape == route.combine.shape == (3, 16, 4, capacity)
   else:
     assert set(params) == {'kernel'} and params['kernel'].shape == (8, 4)
     assert route.slot_token.shape == route.slot_weight.shape == (3, 4, capacity)
     assert route.slot_token.dtype == jnp.int32
-  solver = {'solver_row_error', 'solver_fallbacks'} if name.startswith('sparsity') else set()
-  assert set(aux) == {'aux_loss'} | solver and aux['aux_loss'].shape == ()
+  own = {'sparsity_ec': {'solver_row_error', 'solver_fallbacks'},
+         'sparsity_tc': {'solver_row_error', 'solver_fallbacks'},
+         'topp_tc': {'experts_per_token', 'dropped_share'},
+         'base': {'assignment_unfilled'}}.get(name, set())
+  assert set(aux) == {'aux_loss'} | own and aux['aux_loss'].shape == ()
 
 
 @pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_tc', 'sinkhorn_ec'])
@@ -311,3 +338,25 @@ def test_training_combine_takes_the_reference_routers_noisy_or_clean_softmax(
     assert error > 1e-2
   else:
     np.testing.assert_allclose(routing.slot_weight, expected, atol=1e-6)
+
+
+def test_a_router_with_state_updates_it_once_per_training_call_and_never_in_evaluation():
+  # lossfree_tc at k = 1, E = 4, G = 2 groups of 8 tokens: after one training call the bias is
+  # 0 + u sign(mean load - load), the loads counted from both groups' top-1 requests together.
+  config = router_lib.RouterConfig(name='lossfree_tc', capacity_factor=1)
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8))
+  module = router_lib.Router(config, num_experts=4)
+  variables = module.init(jax.random.PRNGKey(1), x, train=False)
+  assert variables[router_lib.ROUTER_STATE]['state']['bias'].tolist() == [0.0] * 4
+  _, updated = module.apply(variables, x, train=True, mutable=[router_lib.ROUTER_STATE])
+  logits = np.einsum('gsd,de->gse', np.asarray(x, np.float64),
+                     np.asarray(variables['params']['kernel'], np.float64))
+  load = np.bincount(np.argmax(logits, axis=-1).ravel(), minlength=4)   # sigmoid is monotone.
+  expected = 1e-3 * np.sign(load.mean() - load)
+  np.testing.assert_array_equal(updated[router_lib.ROUTER_STATE]['state']['bias'],
+                                expected.astype(np.float32))
+  assert load.sum() == 16 and np.any(expected != 0)
+  # Evaluation: the collection passed immutable, or mutable with train=False, never changes.
+  module.apply(variables, x, train=False)
+  _, same = module.apply(variables, x, train=False, mutable=[router_lib.ROUTER_STATE])
+  assert same[router_lib.ROUTER_STATE]['state']['bias'].tolist() == [0.0] * 4

@@ -1,0 +1,164 @@
+"""Five routers published after the paper, each one registry entry (docs/fidelity.md, "Routers
+after the paper", traces every default; docs/routers.md explains the entries).
+
+Axis letters: g = routing group, s = token of a group (T), e = expert, c = buffer slot.
+
+  sigmoid_tc   DeepSeek-V3 (arXiv 2412.19437, Sec. 2.1.2, eqs. 13-16): token choice on
+               sigmoid(x W); combine weights normalised over the k chosen (s itself at k = 1).
+  lossfree_tc  sigmoid_tc plus auxiliary-loss-free balancing (Wang et al., arXiv 2408.15664,
+               Algorithm 1): a per-expert bias for the choice only, b += u sign(mean load - load)
+               after each step. The router with state. DeepSeek-V3 adds a sequence-wise balance
+               loss of weight 1e-4; it is left out here, as Wang et al. have none.
+  base         BASE layers (Lewis et al., arXiv 2103.16716): in training the assignment of tokens
+               to slots of maximal total affinity (an auction, balanced_assignment.py); greedy
+               top-1 in evaluation; combine sigmoid(x W), with the block's residual fairseq's
+               alpha * expert(x) + (1 - alpha) * x.
+  topp_tc      Dynamic routing (Huang et al., arXiv 2403.07652): each token takes the fewest
+               experts whose probabilities pass p = 0.4, at most k_max = capacity_factor (as
+               token choice's k; buffers as token choice at k = k_max); combine with the
+               unnormalised probabilities; their dynamic (entropy) and balance losses.
+  random_tc    Hash layers (Roller et al., arXiv 2106.04426) as routing fixed at initialisation:
+               token choice top-k on x W0, W0 drawn once and never trained; combine 1/k.
+
+Each router uses the paper's capacity C = round(c T / E) (c = k for the token-choice ones) and
+no router noise.
+"""
+import jax
+import jax.numpy as jnp
+
+from vmoe.routing import allocation
+from vmoe.routing import balanced_assignment
+from vmoe.routing import fixed_routing
+from vmoe.routing import names
+from vmoe.routing import registry
+from vmoe.routing import sigmoid_gate
+from vmoe.routing import top_p
+
+BALANCED_ASSIGNMENT = 'balanced_assignment'   # base's allocation kind.
+
+
+def _k(config) -> int:
+  return int(config.capacity_factor)
+
+
+def _sigmoid_choice(inputs: registry.GroupInputs):
+  bias = inputs.state.get('bias')
+  return sigmoid_gate.sigmoid_gate(inputs.logits, _k(inputs.config), bias)[0], None
+
+
+def _sigmoid_combine(inputs: registry.GroupInputs, scores):
+  del scores   # The choice scores hold the bias; the weights come from the unbiased s.
+  return sigmoid_gate.sigmoid_gate(inputs.logits, _k(inputs.config))[1]
+
+
+def _zero_bias(rng, dim, num_experts, config):
+  del rng, dim, config
+  return {'bias': jnp.zeros((num_experts,), jnp.float32)}
+
+
+def _load_statistics(inputs: registry.GroupInputs, scores, slot_token):
+  del slot_token   # Counted from the requests, before any token is dropped.
+  return {'load': sigmoid_gate.requested_load(scores, _k(inputs.config))}
+
+
+def _bias_update(state, statistics, config):
+  return {'bias': sigmoid_gate.update_bias(state['bias'], statistics['load'],
+                                           config.options['bias_update_rate'])}
+
+
+def _raw_logits(inputs: registry.GroupInputs):
+  return inputs.logits, None   # BASE's affinity: the raw dot products x W.
+
+
+def _assignment_slots(scores, capacity, config):
+  slot_token, _ = balanced_assignment.balanced_assignment_slots(
+      scores, capacity, config.options['auction_epsilon'], config.options['auction_max_iters'])
+  return slot_token
+
+
+def _assignment_metrics(logits, slot_token, config):
+  """Empty slots where every slot should hold a token (E C <= T): an auction stopped by its
+  bound (auction_max_iters) leaves some."""
+  del config
+  num_tokens = logits.shape[1]
+  empty = jnp.mean(slot_token == num_tokens)
+  full_possible = slot_token.shape[1] * slot_token.shape[2] <= num_tokens
+  return {'assignment_unfilled': jnp.where(full_possible, empty, 0.0)}
+
+
+def _top1_slots(scores, capacity, config):
+  del config
+  return allocation.token_choice_slots(scores, capacity, 1)
+
+
+def _topp_choices(probs, config):
+  return top_p.num_choices(probs, config.options['top_p'], _k(config))
+
+
+def _topp_slots(scores, capacity, config):
+  return allocation.token_choice_slots(scores, capacity, _k(config),
+                                       _topp_choices(scores, config))
+
+
+def _topp_loss(logits, config):
+  """Huang et al.'s auxiliary losses, averaged over groups: their dynamic (entropy) loss and
+  their balance loss E sum_e f_e Q_e, with f from the top-p choices."""
+  options = config.options
+  probs = jax.nn.softmax(logits, axis=-1)
+
+  def balance(p):
+    return top_p.balance_loss(p, top_p.chosen_experts(p, _topp_choices(p, config), _k(config)))
+
+  return (options['dynamic_loss_weight'] * jnp.mean(jax.vmap(top_p.dynamic_loss)(logits))
+          + options['balance_loss_weight'] * jnp.mean(jax.vmap(balance)(probs)))
+
+
+def _topp_metrics(logits, slot_token, config):
+  choices = jax.vmap(lambda p: _topp_choices(p, config))(jax.nn.softmax(logits, axis=-1))
+  return top_p.routing_metrics(choices, slot_token, logits.shape[1])
+
+
+def _probs(inputs: registry.GroupInputs):
+  return inputs.probs, None
+
+
+def _uniform_combine(inputs: registry.GroupInputs, scores):
+  del scores
+  return fixed_routing.uniform_combine_scores(inputs.logits, _k(inputs.config))
+
+
+def _logits(inputs: registry.GroupInputs):
+  return inputs.logits, None   # Top-k of x W0 equals top-k of its softmax.
+
+
+_SIGMOID = dict(affinity=_sigmoid_choice, allocation=registry.TOKEN_CHOICE,
+                combine=_sigmoid_combine)
+ROUTERS = {
+    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, title='Sigmoid Token Choice (DeepSeek-V3)'),
+    'lossfree_tc': registry.RouterSpec(
+        **_SIGMOID, options={'bias_update_rate': sigmoid_gate.BIAS_UPDATE_RATE},
+        state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
+        title='Loss-free balanced Token Choice'),
+    'base': registry.RouterSpec(
+        _raw_logits, registry.Allocation(BALANCED_ASSIGNMENT, _assignment_slots),
+        combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
+        options={'auction_epsilon': balanced_assignment.EPSILON,
+                 'auction_max_iters': balanced_assignment.MAX_ITERS},
+        eval_allocation=registry.Allocation(names.TOKEN_CHOICE, _top1_slots),
+        metrics=_assignment_metrics, title='BASE layers'),
+    'topp_tc': registry.RouterSpec(
+        _probs, registry.Allocation(names.TOKEN_CHOICE, _topp_slots,
+                                    registry.check_token_choice),
+        combine=lambda inputs, scores: inputs.probs,
+        options={'top_p': top_p.TOP_P, 'dynamic_loss_weight': 1e-4, 'balance_loss_weight': 1e-2},
+        loss=_topp_loss, metrics=_topp_metrics, title='Top-p Token Choice'),
+    'random_tc': registry.RouterSpec(
+        _logits, registry.TOKEN_CHOICE, combine=_uniform_combine, frozen_kernel=True,
+        title='Fixed random Token Choice (Hash layers)'),
+}
+
+
+def register() -> None:
+  """Registers the five (router.py calls it, after the paper's routers)."""
+  for name, spec in ROUTERS.items():
+    registry.register(name, spec)

@@ -1,0 +1,202 @@
+"""The router registry: every router is one `RouterSpec`, registered under its name.
+
+Axis letters: s = token of a routing group (T = S in the paper's notation), e = expert,
+c = buffer slot.
+
+A spec composes, as the paper decouples them (Sec. 2-3):
+- an affinity, a pure function of one group's `GroupInputs` -> (dispatch scores (S, E), solver
+  report or None); the allocation picks slots from these scores, and no gradient flows through
+  the pick;
+- an `Allocation`, the record of a sparse allocation: its slot function and the checks it owns
+  (token choice's integer k <= E, expert choice's C <= T, ...);
+- a combine, (GroupInputs, dispatch scores) -> combine scores (S, E), gathered at the dispatched
+  slots; it carries the router's gradient and may differ from the scores that dispatch;
+- its presets, the RouterConfig values the configs give this router (noise, clean or noisy
+  combine, loss weights), and its options, knobs of its own with their defaults
+  (`config.moe.router.options`);
+- optionally a `RouterState`: a non-gradient collection the router keeps across steps, updated
+  once per training step from statistics summed over every group (on a mesh, a global sum).
+
+A user's router is one `register(name, RouterSpec(...))` call in a module of their own, named
+by the config argument `router_module=` (docs/routers.md); nothing under vmoe/, launch/ or
+results/ changes. This module holds no JAX-traced code of its own beyond the paper's combine.
+"""
+import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+
+from vmoe.routing import affinity
+from vmoe.routing import allocation
+from vmoe.routing import names
+
+
+class GroupInputs(NamedTuple):
+  """What an affinity, a combine and a state's statistics see of one routing group."""
+  logits: jax.Array          # (S, E) the routed logits: with the training noise where drawn.
+  clean_logits: jax.Array    # (S, E) the same logits before any noise.
+  probs: jax.Array           # (S, E) softmax(logits), the paper's softmax affinity.
+  capacity: int              # C, slots per expert.
+  config: Any                # The router.RouterConfig.
+  state: Mapping[str, jax.Array]   # The router's state ({} for a router without one).
+  train: bool
+
+
+def _no_check(config, num_tokens: int | None, num_experts: int | None) -> None:
+  del config, num_tokens, num_experts
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+  """A sparse allocation (or Soft MoE's, slots None): how scores fill the experts' buffers.
+
+  kind: the allocation's name in names.py (results group routers by it). slots(scores (S, E),
+  capacity C, config) -> slot_token (E, C) int32, S for an empty slot. check(config, num_tokens,
+  num_experts) raises ValueError, saying what to change, for a config this allocation cannot run;
+  num_tokens and num_experts are None where not yet known (the config alone is checked then).
+  """
+  kind: str
+  slots: Callable | None
+  check: Callable = _no_check
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterState:
+  """A router's non-gradient state, one set of arrays per MoE layer.
+
+  init(rng, dim, num_experts, config) -> {name: array}: the initial values (rng for a state
+  drawn at random, such as a frozen gating kernel).
+  statistics(GroupInputs, dispatch scores, slot_token) -> {name: array}: one group's
+  contribution; the layer sums them over its groups, so under a mesh the sum is global.
+  update(state, summed statistics, config) -> new state, once per training step; None for a
+  state that never changes (a frozen kernel). Evaluation never updates.
+  """
+  init: Callable
+  statistics: Callable | None = None
+  update: Callable | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterSpec:
+  """One router: see the module docstring. `title` names it in tables and figures."""
+  affinity: Callable | None
+  allocation: Allocation
+  combine: Callable | None = None          # None: paper_combine.
+  presets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  state: RouterState | None = None
+  eval_allocation: Allocation | None = None    # The allocation in evaluation, if another.
+  loss: Callable | None = None             # (logits (G, S, E), config) -> extra auxiliary loss.
+  metrics: Callable | None = None          # (logits (G, S, E), slot_token, config) -> {name: scalar}
+  frozen_kernel: bool = False              # The gating kernel W is drawn once, never trained.
+  title: str = ''
+
+  def __post_init__(self):
+    if (self.affinity is None) != (self.allocation.slots is None):
+      raise ValueError('a router has an affinity exactly when its allocation has slots (Soft '
+                       'MoE has neither).')
+
+  @property
+  def combine_fn(self) -> Callable:
+    return self.combine or paper_combine
+
+  def allocation_at(self, train: bool) -> Allocation:
+    return self.allocation if train or self.eval_allocation is None else self.eval_allocation
+
+
+def paper_combine(inputs: GroupInputs, scores: jax.Array) -> jax.Array:
+  """The paper's combine weights (Sec. 3.2, 4.4): softmax(X W) at the dispatched positions, of the
+  noisy logits the router dispatched with, or of the clean ones where config.noisy_combine is
+  False; the affinity itself where config.softmax_combine is False."""
+  config = inputs.config
+  if not config.softmax_combine:
+    return scores
+  if config.noisy_combine:
+    return inputs.probs
+  return affinity.softmax(inputs.clean_logits)
+
+
+ROUTERS: dict[str, RouterSpec] = {}
+BUILT_IN: set[str] = set()     # The routers this repository registers (router.py): never replaced.
+
+
+def register(name: str, spec: RouterSpec) -> RouterSpec:
+  """Adds `spec` under `name`. A user's router registered again (its module imported once by
+  pytest and once by name) replaces itself; a built-in router's name cannot be taken."""
+  if name == names.DENSE or (name in BUILT_IN and ROUTERS[name] != spec):
+    raise ValueError(f'router name {name!r} is taken by this repository; pick another.')
+  ROUTERS[name] = spec
+  return spec
+
+
+def get(name: str) -> RouterSpec:
+  """The spec of `name`; an unknown name fails listing the registered ones."""
+  if name not in ROUTERS:
+    raise ValueError(f'unknown router {name!r}; valid routers: {", ".join(sorted(ROUTERS))} '
+                     '(a router of your own: register it in a module and pass '
+                     'router_module=PATH, docs/routers.md).')
+  return ROUTERS[name]
+
+
+def import_router_module(module: str) -> None:
+  """Imports the module that registers a user's routers: a dotted module name importable from
+  the working directory, or the path of a .py file. '' imports nothing."""
+  if not module:
+    return
+  try:
+    if module.endswith('.py'):
+      path = os.path.abspath(module)
+      name = 'vmoe_router_module_' + os.path.splitext(os.path.basename(path))[0]
+      if name in sys.modules:
+        return
+      spec = importlib.util.spec_from_file_location(name, path)
+      if spec is None or not os.path.isfile(path):
+        raise ModuleNotFoundError(f'no file {path}')
+      loaded = importlib.util.module_from_spec(spec)
+      sys.modules[name] = loaded
+      spec.loader.exec_module(loaded)
+    else:
+      if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+      importlib.import_module(module)
+  except ModuleNotFoundError as e:
+    raise ValueError(f'router_module={module!r} cannot be imported ({e}); pass a .py file path '
+                     'or a dotted module name importable from the working directory.') from None
+
+
+# The allocations of the paper (Algorithms 1 and 2) and Soft MoE's.
+
+
+def check_token_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
+  """Token choice uses capacity_factor as k, an integer number of experts per token, k <= E."""
+  k = config.capacity_factor
+  if int(k) != k:
+    raise ValueError(f'router {config.name}: token choice uses capacity_factor as k, the number '
+                     f'of experts per token, which must be an integer; got {k} '
+                     '(moe.router.capacity_factor).')
+  if num_experts is not None and k > num_experts:
+    raise ValueError(f'router {config.name} selects k={int(k)} experts per token but only '
+                     f'E={num_experts} experts exist; lower k (moe.router.capacity_factor) or '
+                     'raise moe.num_experts.')
+
+
+def check_expert_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
+  """An expert choosing its top C tokens needs C <= T."""
+  if num_tokens is not None and num_experts is not None:
+    allocation.check_expert_choice_capacity(config.capacity(num_tokens, num_experts), num_tokens)
+
+
+TOKEN_CHOICE = Allocation(
+    names.TOKEN_CHOICE,
+    lambda scores, capacity, config: allocation.token_choice_slots(
+        scores, capacity, int(config.capacity_factor)),
+    check_token_choice)
+EXPERT_CHOICE = Allocation(
+    names.EXPERT_CHOICE,
+    lambda scores, capacity, config: allocation.expert_choice_slots(scores, capacity),
+    check_expert_choice)
+SOFT = Allocation(names.SOFT, None)
