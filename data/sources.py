@@ -125,6 +125,11 @@ class TfdsSource:
         raise errors.UserError(self._bad_split(builder, split, e)) from None
     return builder.info.features['label'].num_classes, sizes
 
+  def skipped_images(self, data_config, release) -> int:
+    """How many undecodable images the build left out (data/imagenet21k.py lists them)."""
+    metadata = self.builder(data_config, release).info.metadata   # Loads metadata.json.
+    return len(metadata.get(imagenet21k.SKIPPED, ())) if metadata is not None else 0
+
   def _bad_split(self, builder, split: str, error: Exception) -> str:
     valid = list(builder.info.splits) + list(self.aliases)
     return (f'{builder.name}: bad split {split!r} ({error}); valid splits: {", ".join(valid)} '
@@ -348,6 +353,11 @@ class RecordFilesSource:
       sizes.append(stop - start)
     return None, sizes
 
+  def skipped_images(self, data_config, release) -> int:
+    """0: records are checked when written (data/records.py write_multilabel), not counted."""
+    del data_config, release
+    return 0
+
   def open(self, data_config, release, split: str) -> Records:
     del release
     files = self._files(data_config, split)
@@ -403,7 +413,9 @@ def check_available(data_config) -> None:
   covers the source's classes, and that train_split holds data.train_images examples (unless it
   is None): the count num_train_steps was computed from, so that a data set of another size (such
   as ImageNet-21k winter21 for the paper configs' fall11) is refused, not trained for a different
-  number of epochs.
+  number of epochs. A build that left out undecodable images also passes with the count less
+  those skips (the paper configs count fall11's published 14,197,122 images; the skips only
+  shorten each epoch by as many images).
   """
   for key in ('pp_train', 'pp_eval'):
     try:
@@ -414,10 +426,13 @@ def check_available(data_config) -> None:
   num_classes, (num_train, _) = source.check(data_config, release,
                                              [data_config.train_split, data_config.eval_split])
   expected = data_config.train_images
-  if expected is not None and num_train != expected:
+  skipped = source.skipped_images(data_config, release) if expected is not None else 0
+  if expected is not None and num_train not in (expected, expected - skipped):
+    skips = (f' (its build skipped {skipped:,} undecodable images, listed in its metadata.json)'
+             if skipped else '')
     raise errors.UserError(
-        f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples, but '
-        f'num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
+        f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples{skips}, '
+        f'but num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
         f'train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
         f'--config.num_train_steps to match (epochs x {num_train} / batch_size).')
   if num_classes is not None and data_config.num_classes < num_classes:
