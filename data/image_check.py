@@ -11,7 +11,8 @@ the same truncated, empty and foreign data; `python -m data.prepare check` re-de
 split with TensorFlow itself.
 
 `clean_all` runs `clean` over a stream in worker threads, in order, with a bounded number of
-chunks in flight, so that a 1.3 TB archive is never held in memory. Threads, not processes: Pillow
+chunks in flight, so that a 1.3 TB archive is never held in memory; it logs each skipped or
+re-encoded image and lists it for the build's metadata. Threads, not processes: Pillow
 releases the GIL while it decodes and encodes, which is nearly all of the work, and threads need
 no pickling of the images and no second TensorFlow import per worker.
 """
@@ -21,11 +22,15 @@ import io
 import itertools
 from typing import Iterable, Iterator
 
+from absl import logging
 from PIL import Image
 
 CHUNK = 16             # Images per task given to a worker thread.
 IN_FLIGHT = 4          # Tasks queued per worker: the stream runs at most this far ahead.
 REENCODE_QUALITY = 100  # As TFDS's imagenet2012 builder re-encodes its CMYK and PNG images.
+# Keys of a build's metadata: [{'name', 'reason'}] of the images left out, and of those re-encoded.
+SKIPPED = 'skipped_images'
+REENCODED = 'reencoded_images'
 _STORED_AS_IS = {('JPEG', 'RGB'), ('JPEG', 'L')}   # What decode(channels=1 or 3) reads directly.
 
 
@@ -54,17 +59,14 @@ def _first_line(error: Exception) -> str:
   return text.splitlines()[0] if text else 'no message'
 
 
-def _clean_chunk(chunk: list[tuple[object, bytes]]) -> list[tuple[object, bytes | None, str]]:
-  return [(key, *clean(data)) for key, data in chunk]
+def _clean_chunk(chunk: list[tuple[str, object, bytes]]) -> list[tuple[str, object, bytes | None, str]]:
+  return [(name, payload, *clean(data)) for name, payload, data in chunk]
 
 
-def clean_all(items: Iterable[tuple[object, bytes]], workers: int
-              ) -> Iterator[tuple[object, bytes | None, str]]:
-  """(key, encoded image) pairs -> (key, bytes to store or None, note), in the input's order.
-
-  workers <= 1 cleans in the calling thread; otherwise `workers` threads clean chunks of CHUNK
-  images, with at most IN_FLIGHT chunks per worker read ahead of the consumer.
-  """
+def _cleaned(items: Iterable[tuple[str, object, bytes]], workers: int
+             ) -> Iterator[tuple[str, object, bytes | None, str]]:
+  """_clean_chunk over chunks of `items`, in `workers` threads, in order, at most IN_FLIGHT chunks
+  per worker ahead of the consumer (workers <= 1: in the calling thread)."""
   stream = iter(items)
   chunks = iter(lambda: list(itertools.islice(stream, CHUNK)), [])
   if workers <= 1:
@@ -79,3 +81,21 @@ def clean_all(items: Iterable[tuple[object, bytes]], workers: int
         yield from pending.popleft().result()
     while pending:
       yield from pending.popleft().result()
+
+
+def clean_all(items: Iterable[tuple[str, object, bytes]], workers: int, listing: dict
+              ) -> Iterator[tuple[str, object, bytes]]:
+  """(name, payload, encoded image) -> (name, payload, bytes to store) for the images kept, in
+  the input's order; `clean` runs in `workers` threads.
+
+  Each skipped or re-encoded image is logged and appended, as {'name', 'reason'}, to
+  listing[SKIPPED] or listing[REENCODED] (created if absent): a build's metadata.
+  """
+  for key in (SKIPPED, REENCODED):
+    listing.setdefault(key, [])
+  for name, payload, data, note in _cleaned(items, workers):
+    if note:
+      logging.warning('%s %s: %s', name, 'skipped' if data is None else 'stored', note)
+      listing[REENCODED if data is not None else SKIPPED].append({'name': name, 'reason': note})
+    if data is not None:
+      yield name, payload, data

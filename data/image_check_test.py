@@ -56,13 +56,17 @@ def test_undecodable_members_are_skipped_with_the_reason(kind):
 
 
 @pytest.mark.parametrize('workers', [1, 2])
-def test_clean_all_keeps_the_order(workers, monkeypatch):
+def test_clean_all_keeps_the_order_and_lists_what_it_changed(workers, monkeypatch, caplog):
   monkeypatch.setattr(image_check, 'CHUNK', 3)        # 3-image chunks: several in flight.
   monkeypatch.setattr(image_check, 'IN_FLIGHT', 1)
-  odd = odd_images(1, SIZE)
-  items = [(f'good{i}', jpeg(i, SIZE)) for i in range(7)] + sorted(odd.items())
-  got = list(image_check.clean_all(iter(items), workers))
-  assert [key for key, _, _ in got] == [key for key, _ in items]
-  skipped = sorted(key for key, data, _ in got if data is None)
-  assert skipped == sorted(UNDECODABLE)
-  assert all(data == items[i][1] for i, (_, data, _) in enumerate(got[:7]))
+  good = [(f'good{i}', i, jpeg(i, SIZE)) for i in range(7)]
+  odd = [(kind, -1, data) for kind, data in sorted(odd_images(1, SIZE).items())]
+  listing = {}
+  got = list(image_check.clean_all(iter(good + odd), workers, listing))
+  stored = [name for name, _, _ in good + odd if name not in UNDECODABLE]
+  assert [name for name, _, _ in got] == stored
+  assert got[:7] == good                               # Payloads and JPEG bytes unchanged.
+  assert sorted(s['name'] for s in listing[image_check.SKIPPED]) == sorted(UNDECODABLE)
+  assert sorted(s['name'] for s in listing[image_check.REENCODED]) == sorted(CONVERTIBLE)
+  assert 'empty skipped: empty file' in caplog.text
+  assert 'png stored: PNG RGB re-encoded as an RGB JPEG' in caplog.text

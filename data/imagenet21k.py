@@ -20,9 +20,10 @@ Features: 'image' (JPEG bytes, decoded by the pp op `decode`), 'label', 'file_na
 Every member is decoded once while building (data/image_check.py, in os.cpu_count() threads): an
 RGB or grayscale JPEG is stored unchanged; CMYK JPEGs and PNG or GIF data under a .JPEG name are
 re-encoded as RGB JPEGs; an empty, truncated or undecodable member is skipped. Each skip and
-re-encoding is logged, and the prepared set's metadata.json lists them (SKIPPED, REENCODED), so a
-bad image is found here, not hours into a training run. Skipping removes examples without moving
-the others: the stored order is by key, so the holdout is still the first 102,400 images of it.
+re-encoding is logged, and the prepared set's metadata.json lists them (image_check.SKIPPED and
+REENCODED), so a bad image is found here, not hours into a training run. Skipping removes
+examples without moving the others: the stored order is by key, so the holdout is still the first
+102,400 images of it.
 
 Releases are told apart by the archive's file name (data.name 'imagenet21k' is fall11). A
 release's synsets are counted while listing: an archive holding the other release's count (a
@@ -55,10 +56,6 @@ from data import imagenet21k_splits
 
 DOWNLOAD_PAGE = 'https://image-net.org/download-images.php'
 _SYNSET_TAR = re.compile(r'(?:.*/)?(n\d{8})\.tar')
-# Keys of the prepared set's metadata.json: [{'file_name', 'reason'}] of the members left out, and
-# [{'file_name', 'reason'}] of those stored re-encoded.
-SKIPPED = 'skipped_images'
-REENCODED = 'reencoded_images'
 
 
 class Imagenet21kConfig(tfds.core.BuilderConfig):
@@ -176,16 +173,11 @@ class Imagenet21k(builder_base.LocalBuilder):
 
   def _generate_examples(self, path, synsets):
     label = {synset: i for i, synset in enumerate(synsets)}
-    members = (((synset, name), data) for synset, name, data in stream_images(path))
-    notes = {SKIPPED: [], REENCODED: []}
-    for (synset, file_name), data, note in image_check.clean_all(members, os.cpu_count() or 1):
-      if note:
-        kept = data is not None
-        logging.warning('%s %s: %s', file_name, 'stored' if kept else 'skipped', note)
-        notes[REENCODED if kept else SKIPPED].append({'file_name': file_name, 'reason': note})
-      if data is not None:
-        # File names (nXXXXXXXX_N.JPEG) are unique across the release: the key.
-        yield file_name, {'image': data, 'label': label[synset], 'file_name': file_name}
-    self.info.metadata.update(notes)   # Written with the data set's info, after the examples.
-    logging.info('%s: %d images skipped, %d re-encoded (listed in metadata.json under %s and '
-                 '%s).', path, len(notes[SKIPPED]), len(notes[REENCODED]), SKIPPED, REENCODED)
+    listing = {}
+    members = ((name, synset, data) for synset, name, data in stream_images(path))
+    for file_name, synset, data in image_check.clean_all(members, os.cpu_count() or 1, listing):
+      # File names (nXXXXXXXX_N.JPEG) are unique across the release: the key.
+      yield file_name, {'image': data, 'label': label[synset], 'file_name': file_name}
+    self.info.metadata.update(listing)   # Written with the data set's info, after the examples.
+    logging.info('%s: %d images skipped, %d re-encoded (listed in metadata.json).', path,
+                 len(listing[image_check.SKIPPED]), len(listing[image_check.REENCODED]))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from data import image_check
 from data import imagenet21k
 from data import imagenet21k_splits
 from data import pipeline
@@ -108,12 +109,12 @@ def stored_names(config) -> list[str]:
 def test_odd_members_are_reencoded_or_skipped_and_listed(tmp_path, caplog):
   config, builder = build(tmp_path, odd=True)
   odd = {f'{ODD_SYNSET}_{kind}.JPEG': kind for kind in UNDECODABLE + CONVERTIBLE}
-  skipped = builder.info.metadata[imagenet21k.SKIPPED]
-  reencoded = builder.info.metadata[imagenet21k.REENCODED]
-  assert sorted(odd[s['file_name']] for s in skipped) == sorted(UNDECODABLE)
-  assert sorted(odd[s['file_name']] for s in reencoded) == sorted(CONVERTIBLE)
+  skipped = builder.info.metadata[image_check.SKIPPED]
+  reencoded = builder.info.metadata[image_check.REENCODED]
+  assert sorted(odd[s['name']] for s in skipped) == sorted(UNDECODABLE)
+  assert sorted(odd[s['name']] for s in reencoded) == sorted(CONVERTIBLE)
   for listed in skipped + reencoded:                  # Each is in the build's log too.
-    assert f'{listed["file_name"]} ' in caplog.text and listed['reason'] in caplog.text
+    assert f'{listed["name"]} ' in caplog.text and listed['reason'] in caplog.text
   # 9 JPEGs + 3 re-encoded members stored; every stored image decodes as the pipeline decodes.
   assert builder.info.splits['full'].num_examples == 12
   batch = next(pipeline.make_eval_iterator(config, 'full', batch_size=12,

@@ -20,11 +20,11 @@ import argparse
 import os
 
 from absl import logging
-from array_record.python import array_record_module
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from data import config as data_config
+from data import records
 from data import sources
 
 
@@ -76,11 +76,9 @@ def convert(dataset_version_dir: str) -> int:
         continue
       in_path = os.fspath(source.sharded_filepath(shard_index=shard, num_shards=split.num_shards))
       tmp_path = out_path + '.incomplete'
-      # group_size:1: every record addressable on its own (what TFDS writes for random access).
-      writer = array_record_module.ArrayRecordWriter(tmp_path, 'group_size:1')
-      for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
-        writer.write(record)
-      writer.close()
+      with records.RecordWriter(tmp_path, 'array_record') as writer:
+        for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
+          writer.write(record)
       os.replace(tmp_path, out_path)
       written += 1
       logging.info('Wrote %s', out_path)

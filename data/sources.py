@@ -36,6 +36,7 @@ import tensorflow_datasets as tfds
 
 from base import errors
 from data import embedded
+from data import image_check
 from data import imagenet21k
 from data import imagenet21k_splits
 from data import ops
@@ -126,9 +127,9 @@ class TfdsSource:
     return builder.info.features['label'].num_classes, sizes
 
   def skipped_images(self, data_config, release) -> int:
-    """How many undecodable images the build left out (data/imagenet21k.py lists them)."""
+    """How many undecodable images the build left out (listed in its metadata.json)."""
     metadata = self.builder(data_config, release).info.metadata   # Loads metadata.json.
-    return len(metadata.get(imagenet21k.SKIPPED, ())) if metadata is not None else 0
+    return len(metadata.get(image_check.SKIPPED, ())) if metadata is not None else 0
 
   def _bad_split(self, builder, split: str, error: Exception) -> str:
     valid = list(builder.info.splits) + list(self.aliases)

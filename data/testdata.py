@@ -2,10 +2,8 @@
 import io
 import os
 
-from array_record.python import array_record_module
 import numpy as np
 from PIL import Image
-import tensorflow as tf
 
 from data import config as data_config_lib
 from data import records
@@ -65,13 +63,7 @@ def write_multilabel(directory, name: str, num_records: int, file_format: str,
     serialized = [records.serialize_example(
         b'not an image' if i in corrupt else jpeg(int(i)), [i % 5, 5 + i % 3], f'img{i}')
         for i in indices]
-    if file_format == 'tfrecord':
-      with tf.io.TFRecordWriter(path) as writer:
-        for s in serialized:
-          writer.write(s)
-    else:
-      writer = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+    with records.RecordWriter(path, file_format) as writer:
       for s in serialized:
         writer.write(s)
-      writer.close()
   return os.path.join(directory, f'{name}-*.{file_format}')
