@@ -27,6 +27,7 @@ gets array_record files with `python -m data.prepare convert` (check_available p
 import dataclasses
 import os
 import re
+import shlex
 from typing import Callable
 
 from absl import logging
@@ -54,6 +55,7 @@ class Records:
   read: record indices (0..num_examples-1) -> serialized records.
   parse: graph function, serialized record -> example dict ('image' still encoded bytes).
   locate: record index -> where it is stored (file and record number), for error messages.
+  check: the command that lists every record of the split that does not decode (check_command).
   num_classes: classes of the int 'label' feature; None for multi-label sources ('labels').
   label_index: a file where the split's labels may be kept (a prepared TFDS data set does not
     change), or None.
@@ -63,6 +65,7 @@ class Records:
   read: Callable[[np.ndarray], list]
   parse: Callable[[tf.Tensor], dict]
   locate: Callable[[int], str]
+  check: str
   num_classes: int | None
   label_index: str | None = None
 
@@ -157,6 +160,7 @@ class TfdsSource:
         read=lambda indices: [source[int(i)] for i in indices],
         parse=lambda serialized: features.deserialize_example(serialized, decoders=skip_image),
         locate=_tfds_locator(builder, spec),
+        check=check_command(data_config, split),
         num_classes=features['label'].num_classes,
         label_index=os.path.join(builder.data_dir, 'labels-' + re.sub(r'[^\w.%-]', '_', spec)
                                  + '.npy'))
@@ -181,6 +185,20 @@ def _tfds_locator(builder, spec: str) -> Callable[[int], str]:
 
 def _repo() -> str:
   return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# The options of `data.prepare check` that name a data set's records: DataSource's fields.
+CHECK_OPTIONS = ('data_dir', 'manual_dir', 'files', 'file_format')
+
+
+def check_command(source, split: str) -> str:
+  """The shell command (`python -m data.prepare check`) that decodes every record of `split` of
+  a data set (a DataSource or data section) and lists those that fail."""
+  args = [source.name, '--split', split]
+  for option in CHECK_OPTIONS:
+    if getattr(source, option) is not None:
+      args += [f'--{option}', getattr(source, option)]
+  return f'cd {shlex.quote(_repo())} && .venv/bin/python -m data.prepare check {shlex.join(args)}'
 
 
 def _convert_steps(builder) -> str:
@@ -369,6 +387,7 @@ class RecordFilesSource:
         read=lambda indices: files.read(np.asarray(indices, np.int64) + start),
         parse=records_lib.parse_multilabel,
         locate=lambda index: files.locate(start + index),
+        check=check_command(data_config, split),
         num_classes=None)
 
 
