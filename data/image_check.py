@@ -59,7 +59,8 @@ def _first_line(error: Exception) -> str:
   return text.splitlines()[0] if text else 'no message'
 
 
-def _clean_chunk(chunk: list[tuple[str, object, bytes]]) -> list[tuple[str, object, bytes | None, str]]:
+def _clean_chunk(chunk: list[tuple[str, object, bytes]]
+                 ) -> list[tuple[str, object, bytes | None, str]]:
   return [(name, payload, *clean(data)) for name, payload, data in chunk]
 
 
