@@ -113,7 +113,7 @@ def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
   reader = reader_lib.Reader(split_records, ops.build(CHECK_PP), CHECK_PP, None)
   seed = tf.zeros([2], tf.int64)   # `decode` draws no randomness.
   decode = lambda example: ops.apply(reader.steps, example, seed)
-  # The image's shape is the output, so that the decoding is not pruned as unused.
+  # The image's shape is the output: a decode whose result went unused could be pruned away.
   decoded = tracing.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
   slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
   passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.PARALLEL_CALLS)
