@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from base import errors
 from data import ops
 from data import orders as orders_lib
 from data import reader as reader_lib
@@ -17,8 +18,9 @@ from data import tracing
 PREFETCH = 2        # Batches prepared ahead of the consumer.
 
 
-class CorruptRecordError(ValueError):
-  """A record that cannot be read, parsed or preprocessed; the message says where it is."""
+class CorruptRecordError(errors.UserError):
+  """A record that cannot be read, parsed or preprocessed; the one-line message says which and how
+  to list the others. A UserError: main.py ends the run with that line and exit status 2."""
 
 
 def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -88,7 +90,8 @@ class Batches:
       report = self._diagnose()
       if report is None:
         raise
-      raise CorruptRecordError(report) from e
+      raise CorruptRecordError(f'{report.rstrip(".")}. Fix or remove it; this lists every bad '
+                               f'record of the split: {self.reader.records.check}') from e
     self._batches += 1
     return batch
 

@@ -17,6 +17,14 @@ holds out its first 102,400 images for validation; the pipeline's split aliases 
   train_minus_holdout  = full[102400:]
 Features: 'image' (JPEG bytes, decoded by the pp op `decode`), 'label', 'file_name'.
 
+Every member is decoded once while building (data/image_check.py, in os.cpu_count() threads): an
+RGB or grayscale JPEG is stored unchanged; CMYK JPEGs and PNG or GIF data under a .JPEG name are
+re-encoded as RGB JPEGs; an empty, truncated or undecodable member is skipped. Each skip and
+re-encoding is logged, and the prepared set's metadata.json lists them (image_check.SKIPPED and
+REENCODED), so a bad image is found here, not hours into a training run. Skipping removes
+examples without moving the others: the stored order is by key, so the holdout is still the first
+102,400 images of it.
+
 Releases are told apart by the archive's file name (data.name 'imagenet21k' is fall11). A
 release's synsets are counted while listing: an archive holding the other release's count (a
 renamed archive) is refused before anything is written (`check_release`); other counts, such as
@@ -43,6 +51,7 @@ from absl import logging
 import tensorflow_datasets as tfds
 
 from data import builder_base
+from data import image_check
 from data import imagenet21k_splits
 
 DOWNLOAD_PAGE = 'https://image-net.org/download-images.php'
@@ -150,7 +159,8 @@ class Imagenet21k(builder_base.LocalBuilder):
             'file_name': tfds.features.Text(),
         }),
         supervised_keys=('image', 'label'),
-        homepage='https://image-net.org/')
+        homepage='https://image-net.org/',
+        metadata=tfds.core.MetadataDict())
 
   def _split_generators(self, dl_manager):
     path = os.path.join(os.fspath(dl_manager.manual_dir), self.builder_config.archive)
@@ -163,6 +173,11 @@ class Imagenet21k(builder_base.LocalBuilder):
 
   def _generate_examples(self, path, synsets):
     label = {synset: i for i, synset in enumerate(synsets)}
-    for synset, file_name, data in stream_images(path):
+    listing = {}
+    members = ((name, synset, data) for synset, name, data in stream_images(path))
+    for file_name, synset, data in image_check.clean_all(members, os.cpu_count() or 1, listing):
       # File names (nXXXXXXXX_N.JPEG) are unique across the release: the key.
       yield file_name, {'image': data, 'label': label[synset], 'file_name': file_name}
+    self.info.metadata.update(listing)   # Written with the data set's info, after the examples.
+    logging.info('%s: %d images skipped, %d re-encoded (listed in metadata.json).', path,
+                 len(listing[image_check.SKIPPED]), len(listing[image_check.REENCODED]))

@@ -4,25 +4,33 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
+
+from data import image_check
 from data import imagenet21k
 from data import imagenet21k_splits
 from data import pipeline
 from data import prepare
 from data import sources
+from data.testdata import CONVERTIBLE
+from data.testdata import UNDECODABLE
 from data.testdata import data_config
 from data.testdata import jpeg
+from data.testdata import odd_images
 
 # Listed out of order on purpose: labels must follow the sorted ids.
 SYNSETS = {'n00000300': 3, 'n00000100': 2, 'n00000200': 4}   # synset -> images
+ODD_SYNSET = 'n00000200'      # With odd=True it also holds one member of each odd kind.
 
 
-def write_archive(path: str, prefix: str = '', corrupt: str = '') -> None:
-  """SYNSETS' tiny JPEGs in the release layout, plus a README; `corrupt` names a file whose
-  bytes are no image."""
-  images = {synset: [(f'{synset}_{i}.JPEG',
-                      b'\xff\xd8 broken' if f'{synset}_{i}.JPEG' == corrupt
-                      else jpeg(10 * s + i, (9, 7))) for i in range(count)]
+def write_archive(path: str, prefix: str = '', odd: bool = False) -> None:
+  """SYNSETS' tiny JPEGs in the release layout, plus a README; with `odd`, ODD_SYNSET also holds
+  n00000200_KIND.JPEG for each kind of testdata.odd_images."""
+  images = {synset: [(f'{synset}_{i}.JPEG', jpeg(10 * s + i, (9, 7))) for i in range(count)]
             for s, (synset, count) in enumerate(SYNSETS.items())}
+  if odd:
+    images[ODD_SYNSET] += [(f'{ODD_SYNSET}_{kind}.JPEG', data)
+                           for kind, data in odd_images(99, (9, 7)).items()]
   imagenet21k.write_archive(path, images, prefix, extra={'README.txt': b'not a synset'})
 
 
@@ -40,7 +48,7 @@ def test_build_and_read(tmp_path, release, prefix):
   manual = tmp_path / 'manual'
   manual.mkdir()
   archive = dict((r.name, r.archive) for r in imagenet21k.RELEASES)[release]
-  write_archive(str(manual / archive), prefix, corrupt='n00000200_1.JPEG')
+  write_archive(str(manual / archive), prefix)
   config = data_config(name=f'imagenet21k/{release}', data_dir=str(tmp_path / 'tfds'),
                        manual_dir=str(manual), train_split='full[3:]',
                        eval_split='full[:3]', num_classes=3)
@@ -78,12 +86,58 @@ def test_build_and_read(tmp_path, release, prefix):
   assert batch['mask'].sum() == 9
   for label, name in zip(batch['label'], batch['file_name']):
     assert sorted(SYNSETS)[label] == name.decode()[:9]   # Label = rank of the synset id.
-  # Decoding: the corrupt JPEG is reported by file name, not skipped.
-  pp = 'decode|resize(4)|keep("image", "label")'
-  with pytest.raises(pipeline.CorruptRecordError,
-                     match=r"imagenet21k-full.array_record-00000-of-00001 record \d \(file_name "
-                           r"'n00000200_1.JPEG'\) .*Unknown image file format"):
-    list(pipeline.make_eval_iterator(config, 'full', batch_size=4, pp=pp))
+
+
+def build(tmp_path, odd: bool) -> tuple:
+  """(data config, builder) of a fall11 build of write_archive(odd=odd) in tmp_path."""
+  manual = tmp_path / 'manual'
+  manual.mkdir(parents=True)
+  write_archive(str(manual / 'fall11_whole.tar'), odd=odd)
+  config = data_config(name='imagenet21k', data_dir=str(tmp_path / 'tfds'), manual_dir=str(manual),
+                       train_split='full[3:]', eval_split='full[:3]', num_classes=3)
+  prepare.main(['build', config.name, '--manual_dir', str(manual), '--data_dir', config.data_dir])
+  return config, tfds.builder_from_directory(
+      imagenet21k.Imagenet21k(config='fall11', data_dir=config.data_dir).data_dir)
+
+
+def stored_names(config) -> list[str]:
+  """The file names of split 'full' (at most 12 images) in their stored order."""
+  batch = next(pipeline.make_eval_iterator(config, 'full', batch_size=12, pp='keep("file_name")'))
+  return [name.decode() for name, real in zip(batch['file_name'], batch['mask']) if real]
+
+
+def test_odd_members_are_reencoded_or_skipped_and_listed(tmp_path, caplog):
+  config, builder = build(tmp_path, odd=True)
+  odd = {f'{ODD_SYNSET}_{kind}.JPEG': kind for kind in UNDECODABLE + CONVERTIBLE}
+  skipped = builder.info.metadata[image_check.SKIPPED]
+  reencoded = builder.info.metadata[image_check.REENCODED]
+  assert sorted(odd[s['name']] for s in skipped) == sorted(UNDECODABLE)
+  assert sorted(odd[s['name']] for s in reencoded) == sorted(CONVERTIBLE)
+  for listed in skipped + reencoded:                  # Each is in the build's log too.
+    assert f'{listed["name"]} ' in caplog.text and listed['reason'] in caplog.text
+  # 9 JPEGs + 3 re-encoded members stored; every stored image decodes as the pipeline decodes.
+  assert builder.info.splits['full'].num_examples == 12
+  batch = next(pipeline.make_eval_iterator(config, 'full', batch_size=12,
+                                           pp='decode|resize(4)|keep("image", "file_name")'))
+  assert batch['image'].shape == (12, 4, 4, 3)
+  assert {n.decode() for n in batch['file_name']} >= {n for n, k in odd.items()
+                                                      if k in CONVERTIBLE}
+  # The size check counts the release's images less the recorded skips: an archive of 15
+  # members with 3 skipped makes a full[3:] of 15 - 3 - 3 = 9 images, accepted for
+  # data.train_images 15 - 3 = 12 (the release's count of full[3:]) and 9 (the split's own).
+  for train_images in (12, 9):
+    sources.check_available(dataclasses.replace(config, train_images=train_images))
+  with pytest.raises(ValueError, match=r"'full\[3:\]' has 9 examples \(its build skipped 3 undecodable"):
+    sources.check_available(dataclasses.replace(config, train_images=11))
+
+
+def test_skipping_keeps_the_stored_order_of_the_others(tmp_path):
+  # The holdout (the first 102,400 images) must not depend on which members were skipped: TFDS
+  # stores by key, so the build with odd members stores the others in the same order.
+  clean = stored_names(build(tmp_path / 'clean', odd=False)[0])
+  with_odd = stored_names(build(tmp_path / 'odd', odd=True)[0])
+  assert len(clean) == 9 and len(with_odd) == 12
+  assert [name for name in with_odd if name in clean] == clean
 
 
 def test_an_archive_of_the_other_release_is_refused(caplog):

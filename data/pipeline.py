@@ -20,8 +20,12 @@ data.cache=True decodes the split once (the pp's leading `decode`) and keeps the
 (per process, the 4 most recent splits), for the small embedded sets.
 
 A record that fails (undecodable image, label out of range) stops the iterator with
-CorruptRecordError naming the file and record number (and the record's key or file name); it is
-never skipped.
+CorruptRecordError, a UserError (main.py: exit status 2) of one line naming the data set, the split,
+the record's index, its file and number (and key or file name), and the `data.prepare check`
+command that lists every bad record of the split. Finding it costs nothing until a batch fails:
+the failing batch's examples are then re-run one by one. A bad record is never skipped (as tf.data's
+ignore_errors would): every later example would shift, and a resumed run would not see the batches
+the interrupted one would have.
 
 The pieces, each composable on its own: data/reader.py reads examples by index, data/orders.py
 says which index comes next (the epoch orders above), data/batches.py batches a reader in an

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from base import errors
 from data import config as data_config_lib
 from data import pipeline
 from data import sources
@@ -178,11 +179,26 @@ def test_corrupt_record_is_reported_with_its_source(tmp_path, file_format):
                        train_split='all', eval_split='all', pp_train=MULTILABEL_PP,
                        pp_eval=MULTILABEL_PP, num_classes=8)
   # Record 8 is the 3rd of the second file (6 records per file).
-  where = rf"bad-00001.{file_format} record 2 \(key 'img8'\)"
+  where = rf"split 'all' record 8 \(.*bad-00001.{file_format} record 2, key 'img8'\)"
   with pytest.raises(pipeline.CorruptRecordError, match=where + '.*Unknown image file format'):
     take(pipeline.make_train_iterator(config, batch_size=12, seed=0), 1)
   with pytest.raises(pipeline.CorruptRecordError, match=where):
     list(pipeline.make_eval_iterator(config, 'all', batch_size=4))
+
+
+def test_a_bad_record_in_training_is_one_user_error_line(tmp_path, capsys):
+  pattern = write_multilabel(tmp_path, 'bad', 12, 'array_record', num_files=2, corrupt={8})
+  config = data_config(name='multilabel_records', files=pattern, file_format='array_record',
+                       train_split='all', eval_split='all', pp_train=MULTILABEL_PP,
+                       pp_eval=MULTILABEL_PP, num_classes=8)
+  train = pipeline.make_train_iterator(config, batch_size=4, seed=0)
+  # 3 batches of 4 are one epoch of the 12 records, so they reach record 8.
+  assert errors.run_tool(lambda: len(take(train, 3))) == errors.USER_ERROR_STATUS == 2
+  line, = capsys.readouterr().err.splitlines()      # One line, no traceback.
+  assert line.startswith(f"Error: multilabel_records '{pattern}' split 'all' record 8 (")
+  assert 'WebP required. Fix or remove it;' in line
+  assert line.endswith('this lists every bad record of the split: '
+                       + sources.check_command(config, 'all'))
 
 
 def test_imagenet2012_mock_data(tmp_path):

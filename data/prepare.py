@@ -5,6 +5,7 @@
   .venv/bin/python -m data.prepare build imagenet21k/fall11 --manual_dir=DIR [--data_dir=DIR]
   .venv/bin/python -m data.prepare convert DATA_DIR/imagenet2012/5.1.0
   .venv/bin/python -m data.prepare embedded [--data_dir=DIR]
+  .venv/bin/python -m data.prepare check NAME --split=SPLIT [--data_dir=DIR] [--files=GLOB ...]
 
 build: prepares a source of data/sources.py in the array_record format the pipeline reads by
   random access (fashion_mnist and digits prepare themselves on first use).
@@ -13,19 +14,29 @@ convert: writes an array_record copy of every TFRecord shard of a data set alrea
   an existing ImageNet need not be rebuilt from the archives. Needs as much free space again.
 embedded: prepares Fashion-MNIST and digits now rather than on first use (`make test` does, so
   that test processes running in parallel do not race to prepare them).
+check: decodes every record of a prepared split as the pp op `decode` does and lists those that
+  fail (exit status 1 and their count; 0 if none). A training run that meets such a record stops
+  with this command in its error (sources.check_command).
 TFDS's own `tfds build` and `tfds convert_format` do the same, but that CLI imports apache_beam,
 which this project does not install.
 """
 import argparse
 import os
+import sys
 
 from absl import logging
-from array_record.python import array_record_module
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from base import errors
 from data import config as data_config
+from data import ops
+from data import orders
+from data import reader as reader_lib
+from data import records
 from data import sources
+from data import tracing
 
 
 def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
@@ -76,11 +87,9 @@ def convert(dataset_version_dir: str) -> int:
         continue
       in_path = os.fspath(source.sharded_filepath(shard_index=shard, num_shards=split.num_shards))
       tmp_path = out_path + '.incomplete'
-      # group_size:1: every record addressable on its own (what TFDS writes for random access).
-      writer = array_record_module.ArrayRecordWriter(tmp_path, 'group_size:1')
-      for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
-        writer.write(record)
-      writer.close()
+      with records.RecordWriter(tmp_path, 'array_record') as writer:
+        for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
+          writer.write(record)
       os.replace(tmp_path, out_path)
       written += 1
       logging.info('Wrote %s', out_path)
@@ -90,7 +99,36 @@ def convert(dataset_version_dir: str) -> int:
   return written
 
 
-def main(argv=None):
+CHECK_PP = 'decode'    # What every pp string starts with: the step a bad image fails in.
+
+
+def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
+  """(records in `split`, a report for each record that does not parse or decode).
+
+  All records go through the reader and `decode` in parallel, as in training, with the failing
+  ones dropped (tf.data's ignore_errors: a check may skip, a training run may not); those missing
+  from the output are then re-read one by one for their report.
+  """
+  split_records = sources.open_split(source, split)
+  reader = reader_lib.Reader(split_records, ops.build(CHECK_PP), CHECK_PP, None)
+  seed = tf.zeros([2], tf.int64)   # `decode` draws no randomness.
+  decode = lambda example: ops.apply(reader.steps, example, seed)
+  # The image's shape is the output: a decode whose result went unused could be pruned away.
+  decoded = tracing.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
+  slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
+  passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.PARALLEL_CALLS)
+  ok = np.zeros(split_records.num_examples, bool)
+  for positions, _ in passed.ignore_errors().batch(1024).as_numpy_iterator():
+    ok[positions] = True
+  reports = (reader.failure(int(i), decode) for i in np.flatnonzero(~ok))
+  return split_records.num_examples, [r for r in reports if r is not None]
+
+
+def _data_source(args) -> data_config.DataSource:
+  return data_config.DataSource(args.name, **{o: getattr(args, o) for o in sources.CHECK_OPTIONS})
+
+
+def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
   build_parser = commands.add_parser('build', help='prepare a source from its archives')
@@ -102,7 +140,18 @@ def main(argv=None):
   convert_parser.add_argument('dataset_version_dir', help='e.g. DATA_DIR/imagenet2012/5.1.0')
   embedded_parser = commands.add_parser('embedded', help=f'prepare {" and ".join(EMBEDDED)}')
   embedded_parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS\'s)')
+  check_parser = commands.add_parser('check', help='list the records of a split that fail to decode')
+  check_parser.add_argument('name', help='a data.name, e.g. imagenet21k/fall11')
+  check_parser.add_argument('--split', required=True, help='e.g. full, train_minus_holdout')
+  for option in sources.CHECK_OPTIONS:   # The DataSource fields sources.check_command writes.
+    check_parser.add_argument(f'--{option}', default=None, help=f'data.{option}')
   args = parser.parse_args(argv)
+  if args.command == 'check':
+    total, bad = check(_data_source(args), args.split)
+    for report in bad:
+      print(report)
+    print(f'{len(bad)} of {total:,} records of {args.name} split {args.split!r} fail to decode.')
+    return 1 if bad else 0
   if args.command == 'build':
     print(f'Prepared {args.name} in {build(args.name, args.manual_dir, args.data_dir)}.')
   elif args.command == 'embedded':
@@ -111,7 +160,8 @@ def main(argv=None):
   else:
     print(f'Wrote {convert(args.dataset_version_dir)} array_record shards in '
           f'{args.dataset_version_dir}.')
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(errors.run_tool(main))

@@ -62,8 +62,9 @@ class Reader:
     return self.records.parse(tf.constant(self.records.read([index])[0]))
 
   def failure(self, index: int, process: Callable[[dict], dict]) -> str | None:
-    """Reads record `index` and runs `process` (its pp steps) eagerly: a report naming the record
-    (file and number, and its key or file name) if that fails, else None."""
+    """Reads record `index` and runs `process` (its pp steps) eagerly: if that fails, a one-line
+    report naming the data set, the split, the record's index, where it is stored (file and
+    number, and its key or file name) and the error; else None."""
     example = {}
     try:
       example = self.example(index)
@@ -72,9 +73,9 @@ class Reader:
       name = ''
       for key in ('file_name', 'key'):
         if key in example and example[key].dtype == tf.string:
-          name = f' ({key} {example[key].numpy().decode(errors="replace")!r})'
-      return (f'{self.records.locate(index)}{name} of {self.records.description} failed in pp '
-              f'"{self.pp}": {_short(e)}. Fix or remove this record.')
+          name = f', {key} {example[key].numpy().decode(errors="replace")!r}'
+      return (f'{self.records.description} record {index} ({self.records.locate(index)}{name}) '
+              f'failed in pp "{self.pp}": {_short(e)}')
     return None
 
 

@@ -34,7 +34,11 @@ def test_a_failing_record_is_named(tmp_path):
   reader = open_reader(tmp_path, corrupt={80})
   process = lambda example: ops.apply(reader.steps, example, tf.constant([0, 0], tf.int64))
   assert reader.failure(79, process) is None
-  # 150 records over 2 files: record 80 is the 6th (number 5) of the second.
+  # 150 records over 2 files of 75: record 80 is the 6th (number 5) of the second.
   report = reader.failure(80, process)
-  assert report.startswith(f"{tmp_path}/all-00001.array_record record 5 (key 'img80') of ")
-  assert report.endswith('. Fix or remove this record.') and '{{function_node' not in report
+  assert report.startswith(
+      f"multilabel_records '{tmp_path}/all-*.array_record' split 'all' record 80 "
+      f"({tmp_path}/all-00001.array_record record 5, key 'img80') failed in pp")
+  assert report.endswith('failed in pp "decode|keep("key")": Unknown image file format. One of '
+                         'JPEG, JPEG XL, PNG, GIF, BMP, WebP required.')
+  assert '{{function_node' not in report and '\n' not in report

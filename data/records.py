@@ -5,7 +5,10 @@ each, in TFRecord or ArrayRecord files, with the features
   image   bytes   the encoded image (JPEG, PNG, GIF, BMP or WebP)
   labels  int64*  the image's class ids, each in [0, num_classes); any number, also none
   key     bytes   optional: the image's name, shown in error messages
-`serialize_example` writes one. A user with JFT-like data converts it once into this form and sets
+`write_multilabel` writes a file of them, decoding each image once as the ImageNet-21k builder does
+(data/image_check.py): CMYK, PNG or GIF images are stored re-encoded as RGB JPEGs, undecodable
+ones are left out, and PATH.metadata.json lists both. A user with JFT-like data converts it once
+into this form (one call per file; `serialize_example` is one record, unchecked) and sets
   data.name='multilabel_records', data.files='/data/jft/{split}-*.tfrecord', data.file_format=
   'tfrecord' (or 'array_record'), data.pp_train='decode|...|multi_hot(NUM_CLASSES)|keep(...)'.
 
@@ -17,14 +20,18 @@ reports it with the `locate` text (file and record number).
 """
 import bisect
 import glob
+import json
 import os
 import struct
 import threading
+from typing import Iterable, Sequence
 
 from array_record.python import array_record_data_source
 from array_record.python import array_record_module
 import numpy as np
 import tensorflow as tf
+
+from data import image_check
 
 FILE_FORMATS = ('tfrecord', 'array_record')
 
@@ -45,10 +52,66 @@ def serialize_example(image: bytes, labels, key: str = '') -> bytes:
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+class RecordWriter:
+  """Serialized records into one new TFRecord or ArrayRecord file (a context manager).
+
+  ArrayRecord files get group_size:1, so that each record is read on its own (what TFDS writes
+  for random access).
+  """
+
+  def __init__(self, path: str, file_format: str):
+    _check_format(file_format)
+    if file_format == 'tfrecord':
+      self._writer = tf.io.TFRecordWriter(path)
+    else:
+      self._writer = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+
+  def write(self, record: bytes) -> None:
+    self._writer.write(record)
+
+  def close(self) -> None:
+    self._writer.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    self.close()
+
+
+def write_multilabel(path: str, examples: Iterable[tuple[bytes, Sequence[int], str]],
+                     file_format: str, workers: int | None = None) -> dict:
+  """Writes (image bytes, class ids, key) examples as multi-label records to the file `path`.
+
+  Each image is decoded once, in `workers` threads (None: os.cpu_count()), by
+  image_check.clean_all: stored as is, re-encoded as an RGB JPEG, or left out. Returns the
+  metadata written to PATH.metadata.json: {'records': the number written, image_check.SKIPPED
+  and REENCODED: [{'name': key, 'reason'}]}. Keep that file out of data.files' glob (end the glob
+  in the records' extension).
+  """
+  listing = {}
+  items = ((key, labels, image) for image, labels, key in examples)
+  count = 0
+  with RecordWriter(path, file_format) as writer:
+    for key, labels, image in image_check.clean_all(items, workers or os.cpu_count() or 1,
+                                                    listing):
+      writer.write(serialize_example(image, labels, key))
+      count += 1
+  metadata = {'records': count, **listing}
+  with open(path + '.metadata.json', 'w') as f:
+    json.dump(metadata, f, indent=1)
+  return metadata
+
+
 def parse_multilabel(serialized: tf.Tensor) -> dict:
   """Graph function: serialized record -> {'image': bytes, 'labels': int64 (n,), 'key': bytes}."""
   example = tf.io.parse_single_example(serialized, MULTILABEL_FEATURES)
   return {**example, 'labels': tf.sparse.to_dense(example['labels'])}
+
+
+def _check_format(file_format: str) -> None:
+  if file_format not in FILE_FORMATS:
+    raise ValueError(f'unknown file_format {file_format!r}; valid: {", ".join(FILE_FORMATS)}.')
 
 
 def match_files(pattern: str) -> list[str]:
@@ -63,8 +126,7 @@ class RecordFiles:
   """Records of a list of files, addressed by one global index (file order, then position)."""
 
   def __init__(self, files: list[str], file_format: str):
-    if file_format not in FILE_FORMATS:
-      raise ValueError(f'unknown file_format {file_format!r}; valid: {", ".join(FILE_FORMATS)}.')
+    _check_format(file_format)
     self.files = list(files)
     self.file_format = file_format
     self._lock = threading.Lock()

@@ -1,10 +1,16 @@
 """Tests of random access to TFRecord / ArrayRecord files and the multi-label record format."""
+import json
 import os
 
 import pytest
 import tensorflow as tf
 
+from data import image_check
 from data import records
+from data.testdata import CONVERTIBLE
+from data.testdata import UNDECODABLE
+from data.testdata import jpeg
+from data.testdata import odd_images
 from data.testdata import write_multilabel
 
 
@@ -37,3 +43,24 @@ def test_errors_name_what_to_fix(tmp_path):
     records.match_files(str(tmp_path / 'none-*.tfrecord'))
   with pytest.raises(ValueError, match='valid: tfrecord, array_record'):
     records.RecordFiles([], 'parquet')
+
+
+@pytest.mark.parametrize('file_format', records.FILE_FORMATS)
+def test_writer_reencodes_or_leaves_out_odd_images(tmp_path, file_format):
+  examples = [(jpeg(i), [i], f'good{i}') for i in range(3)]
+  examples += [(data, [7], kind) for kind, data in odd_images(5).items()]
+  path = str(tmp_path / f'x.{file_format}')
+  metadata = records.write_multilabel(path, examples, file_format, workers=2)
+  # 3 good + 3 convertible of the 6 odd kinds written; the 3 undecodable left out and listed.
+  assert metadata['records'] == 6
+  assert sorted(s['name'] for s in metadata[image_check.SKIPPED]) == sorted(UNDECODABLE)
+  assert sorted(s['name'] for s in metadata[image_check.REENCODED]) == sorted(CONVERTIBLE)
+  with open(path + '.metadata.json') as f:
+    assert json.load(f) == metadata
+  files = records.RecordFiles([path], file_format)
+  parsed = [records.parse_multilabel(tf.constant(s)) for s in files.read(range(len(files)))]
+  assert [p['key'].numpy().decode() for p in parsed] == ['good0', 'good1', 'good2'] + [
+      kind for kind in odd_images(5) if kind in CONVERTIBLE]
+  assert parsed[0]['image'].numpy() == jpeg(0)         # A good JPEG is stored unchanged.
+  for p in parsed:
+    assert tf.io.decode_jpeg(p['image'], channels=3).shape == (12, 10, 3)

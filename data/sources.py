@@ -27,6 +27,7 @@ gets array_record files with `python -m data.prepare convert` (check_available p
 import dataclasses
 import os
 import re
+import shlex
 from typing import Callable
 
 from absl import logging
@@ -36,6 +37,7 @@ import tensorflow_datasets as tfds
 
 from base import errors
 from data import embedded
+from data import image_check
 from data import imagenet21k
 from data import imagenet21k_splits
 from data import ops
@@ -53,6 +55,7 @@ class Records:
   read: record indices (0..num_examples-1) -> serialized records.
   parse: graph function, serialized record -> example dict ('image' still encoded bytes).
   locate: record index -> where it is stored (file and record number), for error messages.
+  check: the command that lists every record of the split that does not decode (check_command).
   num_classes: classes of the int 'label' feature; None for multi-label sources ('labels').
   label_index: a file where the split's labels may be kept (a prepared TFDS data set does not
     change), or None.
@@ -62,6 +65,7 @@ class Records:
   read: Callable[[np.ndarray], list]
   parse: Callable[[tf.Tensor], dict]
   locate: Callable[[int], str]
+  check: str
   num_classes: int | None
   label_index: str | None = None
 
@@ -125,6 +129,11 @@ class TfdsSource:
         raise errors.UserError(self._bad_split(builder, split, e)) from None
     return builder.info.features['label'].num_classes, sizes
 
+  def skipped_images(self, data_config, release) -> int:
+    """How many undecodable images the build left out (listed in its metadata.json)."""
+    metadata = self.builder(data_config, release).info.metadata   # Loads metadata.json.
+    return len(metadata.get(image_check.SKIPPED, ())) if metadata is not None else 0
+
   def _bad_split(self, builder, split: str, error: Exception) -> str:
     valid = list(builder.info.splits) + list(self.aliases)
     return (f'{builder.name}: bad split {split!r} ({error}); valid splits: {", ".join(valid)} '
@@ -151,6 +160,7 @@ class TfdsSource:
         read=lambda indices: [source[int(i)] for i in indices],
         parse=lambda serialized: features.deserialize_example(serialized, decoders=skip_image),
         locate=_tfds_locator(builder, spec),
+        check=check_command(data_config, split),
         num_classes=features['label'].num_classes,
         label_index=os.path.join(builder.data_dir, 'labels-' + re.sub(r'[^\w.%-]', '_', spec)
                                  + '.npy'))
@@ -175,6 +185,20 @@ def _tfds_locator(builder, spec: str) -> Callable[[int], str]:
 
 def _repo() -> str:
   return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# The options of `data.prepare check` that name a data set's records: DataSource's fields.
+CHECK_OPTIONS = ('data_dir', 'manual_dir', 'files', 'file_format')
+
+
+def check_command(source, split: str) -> str:
+  """The shell command (`python -m data.prepare check`) that decodes every record of `split` of
+  a data set (a DataSource or data section) and lists those that fail."""
+  args = [source.name, '--split', split]
+  for option in CHECK_OPTIONS:
+    if getattr(source, option) is not None:
+      args += [f'--{option}', getattr(source, option)]
+  return f'cd {shlex.quote(_repo())} && .venv/bin/python -m data.prepare check {shlex.join(args)}'
 
 
 def _convert_steps(builder) -> str:
@@ -348,6 +372,11 @@ class RecordFilesSource:
       sizes.append(stop - start)
     return None, sizes
 
+  def skipped_images(self, data_config, release) -> int:
+    """0: records are checked when written (data/records.py write_multilabel), not counted."""
+    del data_config, release
+    return 0
+
   def open(self, data_config, release, split: str) -> Records:
     del release
     files = self._files(data_config, split)
@@ -358,6 +387,7 @@ class RecordFilesSource:
         read=lambda indices: files.read(np.asarray(indices, np.int64) + start),
         parse=records_lib.parse_multilabel,
         locate=lambda index: files.locate(start + index),
+        check=check_command(data_config, split),
         num_classes=None)
 
 
@@ -403,7 +433,9 @@ def check_available(data_config) -> None:
   covers the source's classes, and that train_split holds data.train_images examples (unless it
   is None): the count num_train_steps was computed from, so that a data set of another size (such
   as ImageNet-21k winter21 for the paper configs' fall11) is refused, not trained for a different
-  number of epochs.
+  number of epochs. A build that left out undecodable images also passes with the count less
+  those skips (the paper configs count fall11's published 14,197,122 images; the skips only
+  shorten each epoch by as many images).
   """
   for key in ('pp_train', 'pp_eval'):
     try:
@@ -414,10 +446,13 @@ def check_available(data_config) -> None:
   num_classes, (num_train, _) = source.check(data_config, release,
                                              [data_config.train_split, data_config.eval_split])
   expected = data_config.train_images
-  if expected is not None and num_train != expected:
+  skipped = source.skipped_images(data_config, release) if expected is not None else 0
+  if expected is not None and num_train not in (expected, expected - skipped):
+    skips = (f' (its build skipped {skipped:,} undecodable images, listed in its metadata.json)'
+             if skipped else '')
     raise errors.UserError(
-        f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples, but '
-        f'num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
+        f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples{skips}, '
+        f'but num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
         f'train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
         f'--config.num_train_steps to match (epochs x {num_train} / batch_size).')
   if num_classes is not None and data_config.num_classes < num_classes:

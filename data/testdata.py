@@ -2,10 +2,8 @@
 import io
 import os
 
-from array_record.python import array_record_module
 import numpy as np
 from PIL import Image
-import tensorflow as tf
 
 from data import config as data_config_lib
 from data import records
@@ -21,10 +19,34 @@ def data_config(**overrides) -> data_config_lib.DataConfig:
 
 def jpeg(seed: int, size=(12, 10)) -> bytes:
   """A small random RGB JPEG (height, width = size)."""
-  pixels = np.random.default_rng(seed).integers(0, 256, size + (3,), dtype=np.uint8)
+  return encoded(seed, size, 'JPEG')
+
+
+def encoded(seed: int, size, image_format: str, mode: str = 'RGB') -> bytes:
+  """Random pixels (height, width = size) in Pillow's `image_format`, converted to `mode`."""
+  pixels = np.random.default_rng(seed).integers(0, 256, tuple(size) + (3,), dtype=np.uint8)
   buffer = io.BytesIO()
-  Image.fromarray(pixels).save(buffer, format='JPEG', quality=90)
+  quality = {'quality': 90} if image_format == 'JPEG' else {}
+  Image.fromarray(pixels).convert(mode).save(buffer, format=image_format, **quality)
   return buffer.getvalue()
+
+
+# Each kind of odd member a real image archive holds under a .JPEG name, besides RGB JPEGs.
+UNDECODABLE = ('truncated', 'empty', 'not_an_image')
+CONVERTIBLE = ('cmyk', 'png', 'gif')
+
+
+def odd_images(seed: int, size=(12, 10)) -> dict[str, bytes]:
+  """{kind: bytes} for the kinds in UNDECODABLE and CONVERTIBLE."""
+  good = jpeg(seed, size)
+  return {
+      'truncated': good[:-10],          # Loses its end-of-image marker and the scan's last bytes.
+      'empty': b'',
+      'not_an_image': b'<html>404 Not Found</html>',
+      'cmyk': encoded(seed, size, 'JPEG', 'CMYK'),
+      'png': encoded(seed, size, 'PNG'),
+      'gif': encoded(seed, size, 'GIF', 'P'),
+  }
 
 
 def write_multilabel(directory, name: str, num_records: int, file_format: str,
@@ -41,13 +63,7 @@ def write_multilabel(directory, name: str, num_records: int, file_format: str,
     serialized = [records.serialize_example(
         b'not an image' if i in corrupt else jpeg(int(i)), [i % 5, 5 + i % 3], f'img{i}')
         for i in indices]
-    if file_format == 'tfrecord':
-      with tf.io.TFRecordWriter(path) as writer:
-        for s in serialized:
-          writer.write(s)
-    else:
-      writer = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+    with records.RecordWriter(path, file_format) as writer:
       for s in serialized:
         writer.write(s)
-      writer.close()
   return os.path.join(directory, f'{name}-*.{file_format}')
