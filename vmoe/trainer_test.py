@@ -34,8 +34,9 @@ from vmoe import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A short run: 16-image batches (one routing group), upstream eval on 64 test images, few-shot
-# with one seed.
-SHORT = ['router=softmax_ec', {'num_train_steps': 40, 'batch_size': 16, 'log_every_steps': 1,
+# with one seed. Its router keeps state (lossfree_tc's bias), so that every resume below checks
+# that the state is saved and restored with the rest.
+SHORT = ['router=lossfree_tc', {'num_train_steps': 40, 'batch_size': 16, 'log_every_steps': 1,
                                'schedule.warmup_steps': 5, 'eval.every_steps': 20,
                                'eval.batch_size': 16, 'data.eval_split': 'test[:64]',
                                'data.train_split': 'train[:4096]',
@@ -51,9 +52,9 @@ PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'mode
 
 @pytest.fixture(scope='session')
 def short_config(tiny_experiment):
-  """short_config(router='softmax_ec', **overrides): the short run's record, configs/tiny.py with
+  """short_config(router='lossfree_tc', **overrides): the short run's record, configs/tiny.py with
   SHORT's overrides and few-shot on 200 digits (tiny_experiment is conftest.py's)."""
-  def build(router='softmax_ec', **overrides):
+  def build(router='lossfree_tc', **overrides):
     return tiny_experiment(f'router={router}', {
         **SHORT[1], 'fewshot.datasets': {'digits': ('train', 'test[:200]')}, **overrides})
   return build
@@ -103,10 +104,10 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
     written = json.load(f)
   assert written == json.loads(json.dumps(summary.to_dict()))
   assert run_protocol.RunSummary.from_dict(written) == summary    # Read through the same record.
-  assert summary.steps == 40 and summary.router == 'softmax_ec'
+  assert summary.steps == 40 and summary.router == 'lossfree_tc'
   assert summary.capacity == 1.0 and summary.arch == 'XS/7'
   assert summary.config == 'configs/tiny.py'
-  assert summary.config_arg == 'router=softmax_ec,c=1,runlocal=False'
+  assert summary.config_arg == 'router=lossfree_tc,c=1,runlocal=False'
   assert summary.resolved_config == short_config(**overrides).to_dict()
   assert summary.resolved_config['model']['dtype'] == overrides.get('model.dtype', 'float32')
   assert 0.1 < summary.upstream_prec1 <= 1.0
@@ -114,8 +115,10 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
   assert summary.num_params > 0 and summary.flops_per_step > 0
   assert summary.train_device_seconds > 0 and summary.device_kind
   assert [h['step'] for h in summary.eval_history] == [20, 40]
-  # Expert choice: every expert's buffer is full.
-  assert summary.router_metrics['router/block_01/load_max_over_mean'] == pytest.approx(1.0)
+  # The router's state moved: after 40 steps each bias is a sum of 40 steps of +-1e-3 or 0, and
+  # the checkpoint holds it beside the parameters.
+  bias = saved_state(str(workdir), 40)['router_state']['block_01']['moe']['router']['state']['bias']
+  assert np.any(bias != 0) and np.all(np.abs(bias) <= 40e-3 + 1e-6)
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short_config, tmp_path,
@@ -200,10 +203,15 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
   assert sorted(losses(str(tmp_path))) == list(range(1, 21))
 
 
+def saved_state(workdir, step: int):
+  """The train state checkpoint `step` holds, as a tree of arrays."""
+  path = os.path.join(workdir, 'checkpoints', str(step), 'state')
+  return ocp.StandardCheckpointer().restore(path)
+
+
 def saved_params(workdir, step: int):
   """The parameters checkpoint `step` holds."""
-  path = os.path.join(workdir, 'checkpoints', str(step), 'state')
-  return ocp.StandardCheckpointer().restore(path)['params']
+  return saved_state(workdir, step)['params']
 
 
 @SHARES_SHORT_RUN
@@ -264,6 +272,9 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short
   resumed = losses(str(workdir))
   assert sorted(resumed) == sorted(uninterrupted) == list(range(1, 41))
   assert resumed == uninterrupted
+  # The router's state too (lossfree_tc's bias), restored from checkpoint 10 and updated on.
+  jax.tree.map(np.testing.assert_array_equal, saved_state(str(workdir), 40)['router_state'],
+               saved_state(str(short_run('float32').workdir), 40)['router_state'])
 
 
 # main.py with orbax's array writer failing as TensorStore does on a full disk once checkpoint 10
@@ -346,8 +357,8 @@ def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
   output = run.communicate(timeout=300)[0]
   lines = output.splitlines()
   assert run.returncode == 0 and len(lines) < 40, output
-  assert lines[0].startswith('configs/tiny.py:router=softmax_ec,c=1,runlocal=False | XS/7 | '
-                             'router softmax_ec c=1 | ') and ', mesh data=' in lines[0], output
+  assert lines[0].startswith('configs/tiny.py:router=lossfree_tc,c=1,runlocal=False | XS/7 | '
+                             'router lossfree_tc c=1 | ') and ', mesh data=' in lines[0], output
   assert ' parameters | ' in lines[1] and ' FLOPs per step | fresh start | workdir ' in lines[1]
   assert [line.split(' | ')[0] for line in lines if line.startswith('step ')] == [
       'step 10/40', 'step 20/40', 'step 30/40', 'step 40/40']
