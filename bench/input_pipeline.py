@@ -21,6 +21,7 @@ from PIL import Image
 import tensorflow_datasets as tfds
 
 from base import atomic
+from base import host
 from bench import timing
 from data import config as data_config
 from data import imagenet21k
@@ -106,7 +107,7 @@ def main(argv=None):
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
                 f'{args.warmup} untimed windows; data.reader.PARALLEL_CALLS parallel map '
                 'calls, tf.data autotuning off',
-      'machine': {**timing.host(), 'tensorflow': tf.__version__},
+      'machine': {**host.host(), 'tensorflow': tf.__version__},
   }
   print(json.dumps({'benchmark': 'input_pipeline', **result['images_per_second']}), flush=True)
   atomic.write_json(args.out, result)

@@ -1,19 +1,6 @@
 """The timing loop's calls, the interleaving order and the machine record (no timed assertions)."""
 from bench import timing
 
-X86 = """processor\t: 0
-model name\t: Intel(R) Xeon(R) Platinum 8480+
-flags\t\t: fpu sse sse2 ssse3 fma sse4_1 avx avx2 avx512f avx512bw amx_tile aes
-processor\t: 1
-model name\t: another model
-flags\t\t: fpu
-"""
-ARM = """processor\t: 0
-Features\t: fp asimd evtstrm aes sve sve2
-CPU implementer\t: 0x41
-"""
-
-
 def test_time_ms_warms_up_then_times_the_repeats():
   calls = []
   ms = timing.time_ms(lambda x: calls.append(x) or x, 7, warmup=2, repeats=3)
@@ -27,15 +14,6 @@ def test_interleaved_visits_every_timer_once_a_round_in_turn():
   assert log == ['a', 'b'] * 3
   # Each timer's results, round by round: a ran 1st, 3rd and 5th; b 2nd, 4th and 6th.
   assert found == [{'ms': [1.0, 3.0, 5.0]}, {'ms': [2.0, 4.0, 6.0]}]
-
-
-def test_cpu_keeps_the_first_model_and_its_simd_extensions():
-  assert timing.cpu(X86) == {
-      'cpu_model': 'Intel(R) Xeon(R) Platinum 8480+',
-      'cpu_flags': ['amx_tile', 'avx', 'avx2', 'avx512bw', 'avx512f', 'fma', 'sse', 'sse2',
-                    'sse4_1', 'ssse3']}
-  assert timing.cpu(ARM) == {'cpu_model': None, 'cpu_flags': ['asimd', 'sve', 'sve2']}
-  assert timing.cpu('') == {'cpu_model': None, 'cpu_flags': []}
 
 
 def test_machine_records_the_cpu_beside_the_devices():

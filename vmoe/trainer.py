@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 
 from base import atomic
 from base import errors
+from base import host
 from data import pipeline
 from data import sources
 from vmoe import checkpointing
@@ -159,7 +160,7 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
-                    for h in record.eval_history])
+                    for h in record.eval_history], **host.this_cpu())
 
 
 def write_summary(workdir: str, summary: run_protocol.RunSummary) -> None:
