@@ -1,8 +1,8 @@
 """Committed checkpoints of an earlier state layout restore with today's code.
 
 vmoe/testdata/checkpoint_v1 is a workdir's config.json and checkpoints/ after a 2-step run of
-configs/tiny.py shrunk to the 'mu' size with 2 experts and no warm-up (36,394 parameters; 530 kB on disk),
-written by the trainer's own save path (main.py, FIXTURE_ARGS). It was made with
+configs/tiny.py shrunk to the 'mu' size with 2 experts and no warm-up (36,394 parameters; 530 kB
+on disk), written by the trainer's own save path (main.py, FIXTURE_ARGS). It was made with
 
   .venv/bin/python -m vmoe.checkpoint_fixtures_test vmoe/testdata/checkpoint_v1
 

@@ -42,8 +42,10 @@ from vmoe import workdir as workdir_lib
 
 def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
   """(state, RunRecord) of the newest checkpoint that reads back intact, or fresh ones."""
-  restored = checkpointing.restore_latest(manager, checkpointing.abstract_with_shardings(
-      program.abstract_state, program.state_shardings))
+  restored = checkpointing.restore_latest(
+      manager, checkpointing.abstract_with_shardings(program.abstract_state,
+                                                     program.state_shardings),
+      fresh_state=lambda: program.init_state(rng))
   if restored is None:
     return program.init_state(rng), loop_actions.RunRecord()
   state, record = restored
