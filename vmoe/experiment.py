@@ -134,6 +134,28 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   return fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
 
 
+def resolve_recorded(recorded: dict) -> dict:
+  """The resolved config (`Experiment.to_dict()`) of a recorded one, a run's config.json or
+  summary.json's resolved_config, as this code parses it, for comparing runs: a key the record
+  lacks counts as its default, so a run recorded before a key was added is the same experiment
+  as one recorded after. It is parsed for the devices its mesh spans, with its batch sizes as
+  recorded. A record this code cannot parse (no resolved mesh, a key since removed, a value now
+  refused) is returned as it is, so that a comparison names what differs.
+
+  So each config key added from now on needs a default that reproduces the behaviour of the code
+  before it, and a test that shows it (for a routing key, say, the layer at the default equals a
+  transcription of the computation before the key existed).
+  """
+  mesh = recorded.get('mesh')
+  sizes = [mesh.get(axis) for axis in ('data', 'expert')] if isinstance(mesh, dict) else []
+  if len(sizes) != 2 or not all(isinstance(n, int) and n >= 1 for n in sizes):
+    return recorded
+  try:
+    return parse(recorded, num_devices=sizes[0] * sizes[1]).to_dict()
+  except errors.UserError:
+    return recorded
+
+
 # Config key -> the dataclass of that section (moe, which holds the router, is built apart).
 SECTIONS = {
     'model': vit.ModelConfig,

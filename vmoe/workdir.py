@@ -15,6 +15,8 @@ from base import errors
 from vmoe import experiment as experiment_lib
 from vmoe import run_protocol
 
+SHOWN_KEYS = 8   # The differing keys a refusal names.
+
 
 def claim(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """A run's start in `workdir`: prepare() then guard(). Idempotent: a workdir claimed again (a
@@ -38,7 +40,8 @@ def prepare(workdir: str) -> None:
 def guard(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """Refuses a workdir that holds a run of a different config, or one an older trainer wrote;
   records the resolved config (in the config's layout: vmoe/experiment.py parses it back)
-  otherwise."""
+  otherwise. The recorded config is compared as this code resolves it
+  (experiment.resolve_recorded): keys added since it was written count as their defaults."""
   path = os.path.join(workdir, run_protocol.CONFIG_FILE)
   current = experiment.to_dict()
   if not os.path.exists(path):
@@ -56,8 +59,9 @@ def guard(workdir: str, experiment: experiment_lib.Experiment) -> None:
         f'{path} records its mesh with automatic (-1) sizes: it was written by an older trainer, '
         'whose runs this one does not resume. Use a new --workdir (or delete this one to start '
         'over).')
-  if previous != current:
-    changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
+  changed = run_protocol.config_differences(experiment_lib.resolve_recorded(previous), current)
+  if changed:
+    more = f', ... ({len(changed)} keys)' if len(changed) > SHOWN_KEYS else ''
     raise errors.UserError(f'{workdir} holds a run of a different config (differences under: '
-                           f'{", ".join(changed)}); use a new --workdir, or delete this one to '
-                           'start over.')
+                           f'{", ".join(changed[:SHOWN_KEYS])}{more}); use a new --workdir, or '
+                           'delete this one to start over.')

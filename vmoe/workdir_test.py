@@ -1,5 +1,11 @@
 """Tests of the workdir checks: a path that cannot be written, another run's workdir, an older
-trainer's."""
+trainer's, one recorded before a config key existed.
+
+A config key added from now on gets a test that its default reproduces the behaviour of before
+(vmoe/experiment.py resolve_recorded); `recorded_before` gives the record of a run from before
+the key, for the test that such a run resumes.
+"""
+import copy
 import json
 
 import pytest
@@ -33,3 +39,42 @@ def test_a_workdir_of_the_older_config_format_is_refused_saying_so(tiny_experime
   with pytest.raises(errors.UserError, match=r'config.json records its mesh with automatic '
                                              r'\(-1\) sizes: .*older trainer.*new --workdir'):
     workdir.guard(str(tmp_path), experiment)
+
+
+def recorded_before(config: dict, key: str) -> dict:
+  """A copy of `config` (Experiment.to_dict()) without the dotted `key`, as a run recorded it
+  before the key existed."""
+  config = copy.deepcopy(config)
+  *parents, leaf = key.split('.')
+  node = config
+  for parent in parents:
+    node = node[parent]
+  del node[leaf]
+  return config
+
+
+def record(path, config: dict) -> str:
+  """Writes `config` as the config.json of workdir `path`; returns the workdir."""
+  (path / run_protocol.CONFIG_FILE).write_text(json.dumps(config))
+  return str(path)
+
+
+# Keys at their dataclass defaults in configs/tiny.py, at each depth of the config's tree.
+@pytest.mark.parametrize('key', ['wandb.mode', 'checkpoint.asynchronous', 'model.dropout_rate',
+                                 'moe.router.sinkhorn_iters'])
+def test_a_workdir_recorded_before_a_key_existed_resumes(tiny_experiment, tmp_path, key):
+  experiment = tiny_experiment('router=softmax_ec')
+  workdir.guard(record(tmp_path, recorded_before(experiment.to_dict(), key)), experiment)
+
+
+def test_a_key_recorded_at_another_value_is_refused_naming_it(tiny_experiment, tmp_path):
+  experiment = tiny_experiment('router=softmax_ec')
+  changed = experiment.to_dict()
+  changed['optimizer']['weight_decay'] = 0.5
+  with pytest.raises(errors.UserError, match=r'holds a run of a different config \(differences '
+                                             r'under: optimizer\.weight_decay\); use a new'):
+    workdir.guard(record(tmp_path, changed), experiment)
+  # A record without a key whose value is not its default, or without a key that has none.
+  for key in ('config_arg', 'log_every_steps'):
+    with pytest.raises(errors.UserError, match=fr'differences under: {key}\)'):
+      workdir.guard(record(tmp_path, recorded_before(experiment.to_dict(), key)), experiment)
