@@ -5,7 +5,8 @@ then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the conf
 trusts it: the rules below are checked here and nowhere else.
 
 `parse(tree, num_devices)` runs every check, in this order, each written once:
-  1. the keys: an unknown or missing key is named (`_build`);
+  1. the keys: an unknown or missing key is named, and so is a number that is not finite
+     (`_build`);
   2. each section's own values: its owner's frozen dataclass checks them as it is built
      (vit.ModelConfig, moe.MoeConfig holding a router.RouterConfig, data.config.DataConfig,
      optim.*Config, classify.EvalConfig, fewshot.FewShotConfig, checkpointing.CheckpointConfig,
@@ -203,11 +204,22 @@ def _build(cls, values, where: str):
               and f.default_factory is dataclasses.MISSING and name not in values]
   if required:
     raise errors.UserError(f'the config lacks {", ".join(prefix + k for k in required)}.')
+  # NaN passes every comparison-based check (nan <= 0 is False), so no number is left to them.
+  for name, value in values.items():
+    if not _finite(value):
+      raise errors.UserError(f'{prefix}{name} must be a finite number, got {value!r}.')
   try:
     return cls(**values)
   except (TypeError, ValueError) as e:
     named = where == 'config' or prefix in str(e)     # The message already names the key.
     raise errors.UserError(str(e) if named else f'{where}: {e}') from None
+
+
+def _finite(value) -> bool:
+  """Whether every float in `value` (a number, or a tuple or list of them) is finite."""
+  if isinstance(value, (tuple, list)):
+    return all(_finite(v) for v in value)
+  return not isinstance(value, float) or math.isfinite(value)
 
 
 def _check_across_sections(experiment: Experiment) -> None:
