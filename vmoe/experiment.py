@@ -300,6 +300,23 @@ def fit_batches(experiment: Experiment, num_devices: int,
   return experiment
 
 
+def with_recorded_batches(experiment: Experiment, recorded: dict,
+                          fixed: Collection[str] | None = None) -> Experiment:
+  """`experiment` resuming a run recorded as `recorded` (its resolved config): the batch sizes
+  are the recorded ones, except those the user set on the command line (`fixed`, as in
+  `parse`; None: every key fixed), so that a run resumed on another number of devices keeps its
+  global batch, schedule and data order instead of refitting the config file's sizes. A
+  UserError if they do not split over this run's devices (the mesh's)."""
+  for key in BATCH_KEYS:
+    if fixed is not None and key not in fixed:
+      node = recorded
+      for part in key.split('.'):
+        node = node.get(part) if isinstance(node, dict) else None
+      if isinstance(node, int):
+        experiment = _replace(experiment, key, node)
+  return fit_batches(experiment, experiment.mesh.data * experiment.mesh.expert)
+
+
 def _misfit_message(refused: dict, num_devices: int, moe: moe_lib.MoeConfig, step: int) -> str:
   """One error for every refused size: why each fails, then all the overrides that fix them."""
   reasons = []

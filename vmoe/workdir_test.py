@@ -6,6 +6,7 @@ A config key added from now on gets a test that its default reproduces the behav
 the key, for the test that such a run resumes.
 """
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -78,3 +79,25 @@ def test_a_key_recorded_at_another_value_is_refused_naming_it(tiny_experiment, t
   for key in ('config_arg', 'log_every_steps'):
     with pytest.raises(errors.UserError, match=fr'differences under: {key}\)'):
       workdir.guard(record(tmp_path, recorded_before(experiment.to_dict(), key)), experiment)
+
+
+def test_a_run_resumes_on_another_device_count_with_its_recorded_batch_sizes(tiny_experiment,
+                                                                           tmp_path):
+  # configs/tiny.py's batches (64, 400, 400) as main.py fits them to 8 devices of 16-image
+  # groups (128, 512, 512) and to 4 (64, 448, 448: 448 = 7 x 64 is the first multiple >= 400).
+  eight = tiny_experiment('', {'batch_size': 128, 'eval.batch_size': 512,
+                               'fewshot.batch_size': 512}, num_devices=8)
+  four = tiny_experiment('', {'eval.batch_size': 448, 'fewshot.batch_size': 448}, num_devices=4)
+  workdir.claim(str(tmp_path), eight)
+  resumed = workdir.guard(str(tmp_path), four, fixed=set())     # None set on the command line.
+  assert resumed == dataclasses.replace(
+      four, batch_size=128, eval=dataclasses.replace(four.eval, batch_size=512),
+      fewshot=dataclasses.replace(four.fewshot, batch_size=512))
+  assert (resumed.mesh.data, resumed.mesh.expert) == (4, 1)    # The mesh is this run's.
+  # A size the user sets is theirs, and then a difference; one that does not split is refused.
+  with pytest.raises(errors.UserError, match=r'differences under: batch_size\)'):
+    workdir.guard(str(tmp_path), four, fixed={'batch_size'})
+  three = tiny_experiment('', {'batch_size': 48, 'eval.batch_size': 48,
+                               'fewshot.batch_size': 48}, num_devices=3)
+  with pytest.raises(errors.UserError, match=r'batch_size=128 does not split over 3 devices'):
+    workdir.guard(str(tmp_path), three, fixed=set())
