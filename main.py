@@ -47,6 +47,17 @@ _VERBOSE = flags.DEFINE_bool(
     '(always in WORKDIR/log.txt) on the console (or set VMOE_VERBOSE=1).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
+def parse_experiment() -> experiment_lib.Experiment:
+  """The experiment of the parsed --config and its overrides, every check run (vmoe/experiment.py
+  parse): batch sizes the user set are kept, the config file's fitted to the devices."""
+  return experiment_lib.parse(_CONFIG.value, fixed=_overrides())
+
+
+def _overrides() -> set[str]:
+  """The dotted config keys set on the command line (--config.KEY=VALUE)."""
+  return set(config_flags.get_override_values(flags.FLAGS['config']))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}; use --config.KEY=VALUE.')
@@ -54,13 +65,11 @@ def main(argv):
   run_log.hold(verbose=_VERBOSE.value or cli.verbose([]))   # [] : the flag, or VMOE_VERBOSE.
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   # The config is parsed into typed sections once; a bad one fails here, in seconds: the
-  # trainer's imports (TensorFlow, TFDS, orbax) come after. Batch sizes the user set are kept;
-  # the config file's are fitted to the devices (vmoe/experiment.py).
-  overrides = config_flags.get_override_values(flags.FLAGS['config'])
-  experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))
-  # So do the workdir's checks; the data's need TensorFlow (trainer.train_and_evaluate's stage 1,
-  # in two parts).
-  workdir_lib.claim(_WORKDIR.value, experiment)
+  # trainer's imports (TensorFlow, TFDS, orbax) come after.
+  experiment = parse_experiment()
+  # So do the workdir's checks, and a run it holds sets the batch sizes the user did not; the
+  # data's need TensorFlow (trainer.train_and_evaluate's stage 1, in two parts).
+  experiment = workdir_lib.claim(_WORKDIR.value, experiment, fixed=_overrides())
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top

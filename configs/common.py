@@ -80,10 +80,13 @@ def _cast(key: str, text: str, kind: type):
       raise errors.UserError(f'config argument {key}={text!r}: expected True or False.')
     return text.lower() in ('true', '1')
   try:
-    return kind(text)
+    value = kind(text)
   except ValueError:
     raise errors.UserError(f'config argument {key}={text!r}: expected a {kind.__name__}.'
                            ) from None
+  if kind is float and not math.isfinite(value):
+    raise errors.UserError(f'config argument {key}={text!r}: expected a finite float.')
+  return value
 
 
 def _format(value) -> str:

@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from base import errors
 from base import shot_sampling
 from data import batches
 from data import config as data_config_lib
@@ -46,6 +47,7 @@ from data import sources
 from data import split_cache
 
 STATE_VERSION = 1
+PROCESS_COUNT = 'process_count'    # The training iterator's state key for its process count.
 # What the iterators raise for a record that fails; callers catch it from here.
 CorruptRecordError = batches.CorruptRecordError
 
@@ -69,7 +71,7 @@ def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: 
                      f'none for host {process_index} of {process_count}.')
   order = orders.EpochOrder(start, stop, seed, process_index, data_config.shuffle_buffer)
   identity = {'version': STATE_VERSION, 'seed': seed, 'batch_size': batch_size,
-              'process_count': process_count, 'num_examples': num_examples}
+              PROCESS_COUNT: process_count, 'num_examples': num_examples}
   return batches.Batches(reader, order, local, base_seed=(seed, process_index),
                          identity=identity)
 
@@ -124,6 +126,18 @@ def _open_reader(data_config: data_config_lib.DataSource, split: str,
   prefix = tuple(s.spec for s in steps[:decoded])
   return reader_lib.Reader(records, steps[decoded:], pp,
                            split_cache.decoded(data_config.source, split, prefix))
+
+
+def check_process_count(state: dict | None, process_count: int, where: str) -> None:
+  """A UserError, before anything reads, if the training iterator's saved `state` (get_state) was
+  written by another number of processes: each host's shard and epoch order depend on it (the
+  module docstring), so that run's data order cannot go on with another."""
+  saved = (state or {}).get(PROCESS_COUNT, process_count)
+  if saved != process_count:
+    raise errors.UserError(
+        f'{where} was written by {saved} processes and this run has {process_count}: each host '
+        'reads its own shard of the data in its own order (data/pipeline.py), so it resumes only '
+        f'on {saved} processes. Rerun it on {saved} processes, or use a new --workdir.')
 
 
 def _local_batch_size(batch_size: int, process_count: int) -> int:

@@ -298,3 +298,14 @@ def test_tiny_study_batches_are_unchanged(digits_dir):
       digits, 'test', batch_size=100))[6:])
   print(json.dumps(got, indent=1))
   assert got == TINY_STUDY_DIGESTS
+
+
+def test_a_saved_order_of_another_process_count_is_refused_in_one_line():
+  state = {'version': pipeline.STATE_VERSION, pipeline.PROCESS_COUNT: 2, 'batches': 7}
+  pipeline.check_process_count(state, 2, 'The checkpoint of step 7')
+  pipeline.check_process_count(None, 4, 'The checkpoint of step 0')     # Saved before any batch.
+  with pytest.raises(errors.UserError, match=r'^The checkpoint of step 7 was written by 2 '
+                                             r'processes and this run has 4: .* resumes only on '
+                                             r'2 processes\. Rerun it on 2 processes, or use a '
+                                             r'new --workdir\.$'):
+    pipeline.check_process_count(state, 4, 'The checkpoint of step 7')

@@ -89,8 +89,12 @@ def route_images(workdir: str, images: np.ndarray,
   newest intact checkpoint of the run in `workdir` (read as a resumed run would, moving nothing);
   `experiment`: the run's, if already read (recorded_experiment)."""
   program = train_program.build(experiment or recorded_experiment(workdir))
-  restored = checkpointing.read_latest(workdir, checkpointing.abstract_with_shardings(
-      program.abstract_state, program.state_shardings))
+  # Fresh values only stand in for state fields the run's checkpoints predate
+  # (checkpointing.FIELDS_ADDED), whose initial values reproduce the behaviour of before.
+  restored = checkpointing.read_latest(
+      workdir, checkpointing.abstract_with_shardings(program.abstract_state,
+                                                     program.state_shardings),
+      fresh_state=lambda: program.init_state(jax.random.PRNGKey(0)))
   if restored is None:
     raise errors.UserError(f'No checkpoint in {workdir} reads back intact; rerun its training.')
   _, state, _ = restored

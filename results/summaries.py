@@ -5,7 +5,8 @@ repetitions that tables and figures average. Summaries are read through the trai
 vmoe.run_protocol.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
 fields, resolved_config) read as None; a file that is not JSON or lacks an identifying key is
 reported as a problem rather than stopping the whole report, and so are runs of one row whose
-resolved configs differ in more than the seed (they are kept out of that row).
+resolved configs differ in more than the seed (they are kept out of that row). Configs are
+compared as this code resolves them, so a key added between two seeds splits no row.
 """
 import dataclasses
 import json
@@ -86,26 +87,21 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
   return runs, problems
 
 
-def _flatten(tree: dict, prefix: str = '') -> dict:
-  """{'moe.router.name': ...} of a nested dict."""
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict) and value:
-      flat.update(_flatten(value, f'{prefix}{key}.'))
-    else:
-      flat[f'{prefix}{key}'] = value
-  return flat
-
-
 def config_differences(a: Run, b: Run) -> list[str]:
   """The resolved-config keys, other than the seed, in which two runs differ ([] when either
-  summary predates resolved_config)."""
+  summary predates resolved_config). Each config is compared as this code resolves it
+  (vmoe/experiment.py resolve_recorded), so a key added between two runs is no difference when
+  its default is the other's value."""
   config_a, config_b = a.record.resolved_config, b.record.resolved_config
   if config_a is None or config_b is None:
     return []
-  flat_a, flat_b = _flatten(config_a), _flatten(config_b)
-  return sorted(k for k in set(flat_a) | set(flat_b)
-                if k != 'seed' and flat_a.get(k, '<absent>') != flat_b.get(k, '<absent>'))
+  differ = run_protocol.config_differences(config_a, config_b)
+  if differ and differ != ['seed']:
+    # Only here, where the records differ: parsing them needs jax, which the tables do not.
+    from vmoe import experiment  # pylint: disable=import-outside-toplevel
+    differ = run_protocol.config_differences(experiment.resolve_recorded(config_a),
+                                             experiment.resolve_recorded(config_b))
+  return [k for k in differ if k != 'seed']
 
 
 def _same_config(runs: list[Run]) -> tuple[list[Run], list[str]]:

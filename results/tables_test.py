@@ -11,6 +11,7 @@ from results import plots
 from results import summaries
 from results import tables
 from vmoe import run_protocol
+from vmoe import workdir_test
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
@@ -161,6 +162,25 @@ def test_runs_whose_configs_differ_beyond_the_seed_are_kept_apart(tmp_path):
                       "row's config)."]
   tabs, table_problems = tables.build_tables(runs)
   assert table_problems == problems and tabs
+
+
+def test_a_key_added_between_two_seeds_keeps_them_in_one_row(tiny_experiment, tmp_path):
+  # Seed 0 was recorded before wandb.mode existed; seed 1 records its default, seed 2 another
+  # model.dropout_rate: only seed 2 differs from the row.
+  config = tiny_experiment('router=softmax_ec').to_dict()
+  root = str(tmp_path)
+  first = write_summary(root, seed=0, resolved_config=workdir_test.recorded_before(config,
+                                                                                 'wandb.mode'))
+  write_summary(root, seed=1, resolved_config={**config, 'seed': 1})
+  other = write_summary(root, seed=2, resolved_config={
+      **config, 'seed': 2, 'model': {**config['model'], 'dropout_rate': 0.1}})
+  runs, _ = summaries.load_runs(root)
+  grouped, problems = summaries.group_seeds(runs)
+  (row,) = grouped.values()
+  assert [r.seed for r in row] == [0, 1]
+  assert problems == [f'{other}: same row as {first} but its config differs in '
+                      "model.dropout_rate; kept out of that row (give it its own sweep root, or "
+                      "rerun it with the row's config)."]
 
 
 def test_cli_writes_tables_and_valid_figures(runs_dir, tmp_path, capsys):

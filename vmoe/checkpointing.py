@@ -13,6 +13,13 @@ of the state (vmoe/state_checksum.py) and restore_latest reads the newest checkp
 checks them: one that fails is moved aside to checkpoints/corrupt-STEP, never deleted, and the
 run resumes from the one before (hence keep = 2 by default).
 
+A checkpoint whose tree of arrays differs from the state the run expects is not corrupt: the
+code or the config changed. Before reading one, its stored tree (orbax's metadata) is compared
+with the target's. Leaves it lacks under a state field named in FIELDS_ADDED (a field the train
+state gained after checkpoints existed) take the run's freshly initialised values, and the
+checksums cover the leaves it holds; any other difference is a UserError naming the missing,
+extra and reshaped leaves, and the checkpoint stays where it is.
+
 A full disk during a save (`save`, or `wait_until_finished` for a save in the background) is a
 UserError naming the directory, the intact checkpoint a rerun resumes from, and how much to free;
 the save's unfinished temporary directory is never taken for a checkpoint, as above.
@@ -26,6 +33,7 @@ import sys
 import types
 
 from absl import logging
+from etils import epath
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
@@ -40,6 +48,11 @@ CHECKSUMS = 'state_checksums'   # The record's key for the state's checksums.
 # number, so it neither restores nor garbage-collects (max_to_keep) these.
 CORRUPT_PREFIX = 'corrupt-'
 ITEMS = ('state', 'record')     # What each checkpoint holds: the train state, a JSON record.
+# Train state fields added after checkpoints already existed: a checkpoint without them restores,
+# with these fields at their initial values. A field is listed here when it is added, with a test
+# that the committed fixtures (vmoe/checkpoint_fixtures_test.py) restore with it.
+FIELDS_ADDED: tuple[str, ...] = ()
+SHOWN_LEAVES = 3                # Leaves a tree mismatch names, per kind of difference.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,18 +155,20 @@ def _directory_bytes(path: str) -> int:
              for root, _, files in os.walk(path) for name in files)
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state):
+def restore_latest(manager: ocp.CheckpointManager, abstract_state, fresh_state=None):
   """Returns (state, record) of the newest checkpoint that reads back intact, or None when there
   is none.
 
   abstract_state: the state's pytree of jax.ShapeDtypeStruct with shardings, so every array is
-  restored directly onto its devices. Checkpoints are tried newest first; one that fails to read
-  or to match its checksums is named in a warning, moved aside (`_set_aside`) and the one before
-  is tried. Raises errors.UserError when checkpoints were found but none reads back.
+  restored directly onto its devices. fresh_state: () -> a freshly initialised state, called only
+  when a checkpoint lacks leaves under FIELDS_ADDED (their values come from it). Checkpoints are
+  tried newest first; one that fails to read or to match its checksums is named in a warning,
+  moved aside (`_set_aside`) and the one before is tried. Raises errors.UserError when
+  checkpoints were found but none reads back, or when one holds another tree (module docstring).
   """
   set_aside = []
   while (step := manager.latest_step()) is not None:
-    restored, problem = _read_verified(manager, step, abstract_state)
+    restored, problem = _read_verified(manager, step, abstract_state, fresh_state)
     # Every process must take the same branch: they restore and rename collectively.
     if not _on_any_process(problem is not None):
       return restored
@@ -167,19 +182,19 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state):
   return None
 
 
-def read_latest(workdir: str, abstract_state):
+def read_latest(workdir: str, abstract_state, fresh_state=None):
   """(step, state, record) of the newest checkpoint in WORKDIR/checkpoints that reads back
   intact, or None when none does: for tools that read a finished run (results/routing_maps.py).
 
-  It reads as restore_latest does (in full, checksums checked) but writes nothing: a checkpoint
-  that fails is named in a warning and left where it is (a run resumed in that workdir sets it
-  aside), and the one before is tried. One process: no collective agreement.
+  It reads as restore_latest does (in full, checksums checked, fresh_state as there) but writes
+  nothing: a checkpoint that fails is named in a warning and left where it is (a run resumed in
+  that workdir sets it aside), and the one before is tried. One process: no collective agreement.
   """
   # Not orbax's read_only mode, which warns on every use; this manager only lists and restores.
   manager = ocp.CheckpointManager(checkpoints_dir(workdir), item_names=ITEMS,
                                   options=ocp.CheckpointManagerOptions(create=False))
   for step in sorted(manager.all_steps(), reverse=True):
-    restored, problem = _read_verified(manager, step, abstract_state)
+    restored, problem = _read_verified(manager, step, abstract_state, fresh_state)
     if problem is None:
       return (step, *restored)
     logging.warning('Checkpoint %s/%d is corrupt (%s); left in place, reading the one before.',
@@ -187,26 +202,90 @@ def read_latest(workdir: str, abstract_state):
   return None
 
 
-def _read_verified(manager: ocp.CheckpointManager, step: int, abstract_state):
+def _read_verified(manager: ocp.CheckpointManager, step: int, abstract_state, fresh_state):
   """((state, record), None) of checkpoint `step` read in full with matching checksums, else
-  (None, what went wrong)."""
-  with _quiet_orphaned_reads():
+  (None, what went wrong); a UserError if it holds another tree (`_leaves_to_fill`)."""
+  state_dir = epath.Path(manager.directory) / str(step) / ITEMS[0]
+  # The state through a handler of its own, whose partial_restore takes the leaves a checkpoint
+  # lacks from the target; the manager keeps its StandardSave for 'state'.
+  with _quiet_orphaned_reads(), contextlib.closing(
+      ocp.Checkpointer(ocp.PyTreeCheckpointHandler())) as reader:
     try:
-      restored = manager.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract_state), record=ocp.args.JsonRestore()))
-      state = jax.block_until_ready(restored.state)    # Every array read, not just scheduled.
+      stored = reader.handler.metadata(state_dir).tree
+    except Exception as error:  # pylint: disable=broad-exception-caught
+      return None, _first_line(error)
+    fill = _leaves_to_fill(stored, abstract_state, f'{manager.directory}/{step}')
+    target = abstract_state
+    if fill:
+      if fresh_state is None:
+        raise ValueError(f'checkpoint {step} lacks {", ".join(sorted(fill))}: pass fresh_state.')
+      target = jax.tree_util.tree_map_with_path(
+          lambda path, a, f: f if _leaf_name(path) in fill else a, abstract_state, fresh_state())
+    try:
+      state = reader.restore(state_dir, args=ocp.args.PyTreeRestore(
+          target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+          partial_restore=bool(fill)))
+      state = jax.block_until_ready(state)    # Every array read, not just scheduled.
+      record = dict(manager.restore(step, args=ocp.args.Composite(
+          record=ocp.args.JsonRestore())).record)
     # orbax and TensorStore raise ValueError, OSError and bare Exception for missing, truncated
     # or undecodable files alike; any failure to read means this checkpoint cannot be resumed.
     except Exception as error:  # pylint: disable=broad-exception-caught
-      first_line = str(error).splitlines()[0].split(' See full TensorStore details')[0]
-      return None, f'{type(error).__name__}: {first_line[:200]}'
-  record = dict(restored.record)
+      return None, _first_line(error)
   expected = record.pop(CHECKSUMS, None)   # None: a checkpoint saved before checksums existed.
   if expected is not None:
-    differ = state_checksum.mismatches(expected, state)
+    differ = state_checksum.mismatches(expected, state, skip=_checksum_keys(state, fill))
     if differ:
       return None, f'checksums differ from the saved ones in {", ".join(differ[:5])}'
   return (state, record), None
+
+
+def _first_line(error: Exception) -> str:
+  """The error's type and the start of its first line (TensorStore's run to pages)."""
+  first_line = str(error).splitlines()[0].split(' See full TensorStore details')[0]
+  return f'{type(error).__name__}: {first_line[:200]}'
+
+
+def _leaf_name(path) -> str:
+  """A leaf's path as orbax names it on disk, '/'-joined: 'opt_state/1/0/mu/head/kernel'."""
+  return '/'.join(str(getattr(k, 'name', getattr(k, 'key', getattr(k, 'idx', k))))
+                  for k in path)
+
+
+def _leaf_shapes(tree) -> dict:
+  """{leaf name: (shape, dtype)} of a tree of arrays, ShapeDtypeStructs or orbax metadata."""
+  return {_leaf_name(path): (tuple(leaf.shape), np.dtype(leaf.dtype))
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _leaves_to_fill(stored, abstract_state, where: str) -> set[str]:
+  """The target's leaves that the stored tree lacks under FIELDS_ADDED; any other difference
+  (a leaf missing elsewhere, an extra leaf, another shape or dtype) is a UserError."""
+  saved, wanted = _leaf_shapes(stored), _leaf_shapes(abstract_state)
+  missing = sorted(set(wanted) - set(saved))
+  fill = {name for name in missing if name.split('/')[0] in FIELDS_ADDED}
+  differences = {
+      'missing from it': [name for name in missing if name not in fill],
+      'not in this run\'s state': sorted(set(saved) - set(wanted)),
+      'of another shape or dtype': sorted(name for name in set(saved) & set(wanted)
+                                          if saved[name] != wanted[name]),
+  }
+  said = [f'{len(names)} {"leaf" if len(names) == 1 else "leaves"} {kind} '
+          f'({", ".join(names[:SHOWN_LEAVES])}'
+          f'{", ..." if len(names) > SHOWN_LEAVES else ""})'
+          for kind, names in differences.items() if names]
+  if said:
+    raise errors.UserError(
+        f'Checkpoint {where} holds another state than this run\'s: {"; ".join(said)}. It was '
+        'written by another config or code version: resume it with those, or use a new '
+        '--workdir (the checkpoint is left in place).')
+  return fill
+
+
+def _checksum_keys(state, names: set[str]) -> set[str]:
+  """The state_checksum keys of the leaves called `names` (_leaf_name)."""
+  return {jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(state)
+          if _leaf_name(path) in names}
 
 
 @contextlib.contextmanager

@@ -2,8 +2,10 @@
 disk."""
 import os
 import re
+from typing import Any
 
 from absl import logging
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,6 +107,79 @@ def test_read_latest_skips_a_corrupt_checkpoint_and_moves_nothing(tmp_path, monk
   assert checkpointing.read_latest('run', abstract) is None
   assert checkpointing.read_latest('elsewhere', abstract) is None     # No checkpoints at all.
   assert not os.path.exists(tmp_path / 'elsewhere')
+
+
+@flax.struct.dataclass
+class StateBefore:
+  """A train state as checkpoints held it before a field was added."""
+  params: Any
+  step: Any
+
+
+@flax.struct.dataclass
+class StateAfter:
+  """StateBefore with one more top-level field, as a train state that gained a field."""
+  params: Any
+  step: Any
+  router_state: Any
+
+
+def grown(step: int) -> StateAfter:
+  """state_at(step) with a router_state field whose values differ from any saved leaf's."""
+  return StateAfter(**state_at(step), router_state={'bias': jnp.arange(4.0) - 7})
+
+
+def restore_grown(workdir, fresh_state=None):
+  """restore_latest of `grown`'s layout through a new manager; (state, record) or None."""
+  manager = checkpointing.make_manager(str(workdir), checkpointing.CheckpointConfig(every_steps=1))
+  return checkpointing.restore_latest(manager, jax.eval_shape(lambda: grown(0)), fresh_state)
+
+
+def test_a_field_added_to_the_state_restores_at_its_fresh_value(tmp_path, monkeypatch):
+  monkeypatch.setattr(checkpointing, 'FIELDS_ADDED', ('router_state',))
+  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  for step in (1, 2):
+    checkpointing.save(manager, step, StateBefore(**state_at(step)), {'data': {'position': step}})
+  manager.wait_until_finished()
+  state, record = restore_grown(tmp_path, fresh_state=lambda: grown(0))
+  np.testing.assert_array_equal(state.params['w'], state_at(2)['params']['w'])
+  np.testing.assert_array_equal(state.router_state['bias'], [-7, -6, -5, -4])
+  assert int(state.step) == 2 and record == {'data': {'position': 2}}
+  # The checksums still cover the leaves the checkpoint holds: a damaged one is still corrupt.
+  checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
+      str(tmp_path / 'checkpoints' / '2')))
+  state, _ = restore_grown(tmp_path, fresh_state=lambda: grown(0))
+  assert int(state.step) == 1
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1', 'corrupt-2']
+
+
+@pytest.mark.parametrize('target, message', [
+    # Not in FIELDS_ADDED: the new field's leaf is named as missing.
+    (lambda: grown(0), r"1 leaf missing from it \(router_state/bias\)\."),
+    (lambda: {'params': {}, 'step': jnp.array(0)},
+     r"1 leaf not in this run's state \(params/w\)\."),
+    (lambda: {**state_at(0), 'params': {'w': jnp.zeros((300, 200))}},
+     r'1 leaf of another shape or dtype \(params/w\)\.'),
+])
+def test_a_checkpoint_of_another_tree_is_a_user_error_and_stays_in_place(tmp_path, target,
+                                                                         message):
+  save_steps(tmp_path, [1])
+  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  with pytest.raises(errors.UserError, match=r'^Checkpoint .*checkpoints/1 holds another state '
+                                             r"than this run's: " + message + r' It was written '
+                                             r'by another config or code version') as error:
+    checkpointing.restore_latest(manager, jax.eval_shape(target))
+  assert '\n' not in str(error.value)
+  assert os.listdir(tmp_path / 'checkpoints') == ['1']
+
+
+def test_a_tree_mismatch_names_the_first_leaves_and_counts_them(tmp_path):
+  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  checkpointing.save(manager, 1, {f'w{i}': jnp.zeros(2) for i in range(5)}, {})
+  manager.wait_until_finished()
+  with pytest.raises(errors.UserError, match=r"1 leaf missing from it \(v\); 5 leaves not in "
+                                             r"this run's state \(w0, w1, w2, \.\.\.\)\. It"):
+    checkpointing.restore_latest(manager, jax.eval_shape(lambda: {'v': jnp.zeros(2)}))
 
 
 def test_a_save_killed_midway_is_ignored_or_set_aside(tmp_path):

@@ -6,6 +6,7 @@ workdir or missing data) reported as one "Error: ..." line on stderr and exit st
 traceback.
 """
 import os
+import re
 import sys
 import traceback
 from typing import Callable
@@ -16,6 +17,7 @@ from absl import flags
 from base import errors
 
 USER_ERROR_STATUS = errors.USER_ERROR_STATUS
+CONFIG_FLAG_TYPE = 'config object'    # flag_type() of ml-collections' config flags.
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -24,23 +26,47 @@ def parse_flags(argv: list[str]) -> list[str]:
   The config file runs while its flag is parsed: ml-collections re-raises its errors as the
   same type with the traceback pasted into the message, and absl wraps that in a flags.Error,
   so a UserError the config raised is the innermost of the chain, and its message is the one to
-  show. A KeyError or IndexError from an override (--config.modle.x=1) carries ml-collections'
-  "did you mean" text. Any other error raised in a config's get_config is a bug: re-raised.
+  show. A KeyError, IndexError or AttributeError from an override (--config.modle.x=1)
+  carries ml-collections' "did you mean" text. A config file that cannot be loaded (missing) is
+  a UserError too. Any other error raised in a config's get_config is a bug: re-raised.
   """
   try:
-    return flags.FLAGS(argv)
-  except (flags.Error, KeyError, IndexError) as e:
+    remaining = flags.FLAGS(argv)
+    _load_config_files(flags.FLAGS)
+    return remaining
+  except OSError as e:       # A config file that cannot be loaded (missing, unreadable).
+    what = str(e).strip().splitlines()[-1].strip()
+    raise errors.UserError(f'cannot load the config file: {what}; give an existing one, e.g. '
+                           '--config=configs/tiny.py.') from e
+  except (flags.Error, KeyError, IndexError, AttributeError) as e:
+    if isinstance(e, AttributeError) and not (e.args and isinstance(e.args[0], KeyError)):
+      raise     # Not ml-collections' missing key (its AttributeError holds the KeyError).
     user_error = _innermost_user_error(e)
     if user_error is not None:
       raise errors.UserError(str(user_error)) from e
     if _raised_in_get_config(e):
       raise
-    if isinstance(e, flags.Error):
-      raise errors.UserError(str(e)) from e
-    what = str(e.args[0] if e.args else e).replace('\n', '. ')
+    if isinstance(e, flags.Error):     # absl's message holds the value as typed: escaped.
+      raise errors.UserError(_escaped(str(e))) from e
+    what = _escaped(str(e.args[0] if e.args else e).replace('\n', '. '))
     raise errors.UserError(f'a --config override names a key the config lacks: {what} (write '
                            '--config.KEY=VALUE with KEY dotted, e.g. --config.moe.group_size=8).'
                            ) from e
+
+
+def _escaped(text: str) -> str:
+  """`text` on one line: control characters (a newline or carriage return typed in a value)
+  written as their Python escapes."""
+  return re.sub(r'[\x00-\x1f\x7f]', lambda m: repr(m.group())[1:-1], text)
+
+
+def _load_config_files(flag_values: flags.FlagValues) -> None:
+  """Raises now the OSError of a config file that could not be loaded: ml-collections keeps it
+  in the flag's value and raises it at the value's first use."""
+  for name in flag_values:
+    flag = flag_values[name]
+    if flag.present and flag.flag_type() == CONFIG_FLAG_TYPE:
+      getattr(flag.value, 'keys', None)
 
 
 def _chain(error: BaseException | None):

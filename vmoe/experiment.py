@@ -5,7 +5,8 @@ then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the conf
 trusts it: the rules below are checked here and nowhere else.
 
 `parse(tree, num_devices)` runs every check, in this order, each written once:
-  1. the keys: an unknown or missing key is named (`_build`);
+  1. the keys: an unknown or missing key is named, and so is a number that is not finite
+     (`_build`);
   2. each section's own values: its owner's frozen dataclass checks them as it is built
      (vit.ModelConfig, moe.MoeConfig holding a router.RouterConfig, data.config.DataConfig,
      optim.*Config, classify.EvalConfig, fewshot.FewShotConfig, checkpointing.CheckpointConfig,
@@ -133,6 +134,28 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   return fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
 
 
+def resolve_recorded(recorded: dict) -> dict:
+  """The resolved config (`Experiment.to_dict()`) of a recorded one, a run's config.json or
+  summary.json's resolved_config, as this code parses it, for comparing runs: a key the record
+  lacks counts as its default, so a run recorded before a key was added is the same experiment
+  as one recorded after. It is parsed for the devices its mesh spans, with its batch sizes as
+  recorded. A record this code cannot parse (no resolved mesh, a key since removed, a value now
+  refused) is returned as it is, so that a comparison names what differs.
+
+  So each config key added from now on needs a default that reproduces the behaviour of the code
+  before it, and a test that shows it (for a routing key, say, the layer at the default equals a
+  transcription of the computation before the key existed).
+  """
+  mesh = recorded.get('mesh')
+  sizes = [mesh.get(axis) for axis in ('data', 'expert')] if isinstance(mesh, dict) else []
+  if len(sizes) != 2 or not all(isinstance(n, int) and n >= 1 for n in sizes):
+    return recorded
+  try:
+    return parse(recorded, num_devices=sizes[0] * sizes[1]).to_dict()
+  except errors.UserError:
+    return recorded
+
+
 # Config key -> the dataclass of that section (moe, which holds the router, is built apart).
 SECTIONS = {
     'model': vit.ModelConfig,
@@ -180,11 +203,22 @@ def _build(cls, values, where: str):
               and f.default_factory is dataclasses.MISSING and name not in values]
   if required:
     raise errors.UserError(f'the config lacks {", ".join(prefix + k for k in required)}.')
+  # NaN passes every comparison-based check (nan <= 0 is False), so no number is left to them.
+  for name, value in values.items():
+    if not _finite(value):
+      raise errors.UserError(f'{prefix}{name} must be a finite number, got {value!r}.')
   try:
     return cls(**values)
   except (TypeError, ValueError) as e:
     named = where == 'config' or prefix in str(e)     # The message already names the key.
     raise errors.UserError(str(e) if named else f'{where}: {e}') from None
+
+
+def _finite(value) -> bool:
+  """Whether every float in `value` (a number, or a tuple or list of them) is finite."""
+  if isinstance(value, (tuple, list)):
+    return all(_finite(v) for v in value)
+  return not isinstance(value, float) or math.isfinite(value)
 
 
 def _check_across_sections(experiment: Experiment) -> None:
@@ -259,6 +293,23 @@ def fit_batches(experiment: Experiment, num_devices: int,
                     '(set --config.%s to choose).', key, size, num_devices, fitted, key)
     experiment = _replace(experiment, key, fitted)
   return experiment
+
+
+def with_recorded_batches(experiment: Experiment, recorded: dict,
+                          fixed: Collection[str] | None = None) -> Experiment:
+  """`experiment` resuming a run recorded as `recorded` (its resolved config): the batch sizes
+  are the recorded ones, except those the user set on the command line (`fixed`, as in
+  `parse`; None: every key fixed), so that a run resumed on another number of devices keeps its
+  global batch, schedule and data order instead of refitting the config file's sizes. A
+  UserError if they do not split over this run's devices (the mesh's)."""
+  for key in BATCH_KEYS:
+    if fixed is not None and key not in fixed:
+      node = recorded
+      for part in key.split('.'):
+        node = node.get(part) if isinstance(node, dict) else None
+      if isinstance(node, int):
+        experiment = _replace(experiment, key, node)
+  return fit_batches(experiment, experiment.mesh.data * experiment.mesh.expert)
 
 
 def _misfit_message(refused: dict, num_devices: int, moe: moe_lib.MoeConfig, step: int) -> str:

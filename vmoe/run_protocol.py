@@ -83,3 +83,23 @@ class RunSummary:
     known = {f.name for f in dataclasses.fields(cls)}
     present = {k: v for k, v in values.items() if k in known and v is not None}
     return cls(**{'capacity': None, **present})
+
+
+def config_differences(a: dict, b: dict) -> list[str]:
+  """The dotted keys ('moe.router.name') whose values differ between two configs in
+  Experiment.to_dict()'s layout, a key only one of them holds included."""
+  flat_a, flat_b = _flatten(a), _flatten(b)
+  absent = object()
+  return sorted(k for k in set(flat_a) | set(flat_b)
+                if flat_a.get(k, absent) != flat_b.get(k, absent))
+
+
+def _flatten(tree: dict, prefix: str = '') -> dict:
+  """{'moe.router.name': ...} of a nested dict."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat

@@ -43,11 +43,15 @@ from vmoe import workdir as workdir_lib
 
 def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
   """(state, RunRecord) of the newest checkpoint that reads back intact, or fresh ones."""
-  restored = checkpointing.restore_latest(manager, checkpointing.abstract_with_shardings(
-      program.abstract_state, program.state_shardings))
+  restored = checkpointing.restore_latest(
+      manager, checkpointing.abstract_with_shardings(program.abstract_state,
+                                                     program.state_shardings),
+      fresh_state=lambda: program.init_state(rng))
   if restored is None:
     return program.init_state(rng), loop_actions.RunRecord()
   state, record = restored
+  pipeline.check_process_count(record['data'], jax.process_count(),
+                               f'The checkpoint of step {int(state.step)}')
   train_iter.set_state(record['data'])
   logging.info('Resumed from step %d.', int(state.step))
   return state, loop_actions.RunRecord(**record)
@@ -60,7 +64,7 @@ def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
   # 1. Checks of the data and the workdir before anything compiles (the config was checked when
   # parsed).
   check_data(experiment)
-  workdir_lib.claim(workdir, experiment)
+  experiment = workdir_lib.claim(workdir, experiment)
   return train_claimed(experiment, workdir, config_file)
 
 
