@@ -44,15 +44,21 @@ def copy_fixture(name: str, destination: str) -> str:
   return workdir
 
 
-def restore_fixture(workdir: str):
+def restore_fixture(workdir: str, router: str | None = None):
   """(experiment, state, record) of a fixture workdir, read as a resumed run reads it: its
-  recorded config parsed, the state restored into that experiment's layout on one device."""
+  recorded config parsed (with another router of the same parameters, if given), the state
+  restored into that experiment's layout on one device, new fields from a fresh init."""
   with open(os.path.join(workdir, run_protocol.CONFIG_FILE), encoding='utf-8') as f:
-    experiment = experiment_lib.parse(json.load(f), num_devices=1)
+    recorded = json.load(f)
+  if router is not None:
+    recorded['moe']['router']['name'] = router
+  experiment = experiment_lib.parse(recorded, num_devices=1)
   program = train_program.build(experiment)
   manager = checkpointing.make_manager(workdir, experiment.checkpoint)
-  restored = checkpointing.restore_latest(manager, checkpointing.abstract_with_shardings(
-      program.abstract_state, program.state_shardings))
+  restored = checkpointing.restore_latest(
+      manager, checkpointing.abstract_with_shardings(program.abstract_state,
+                                                     program.state_shardings),
+      fresh_state=lambda: program.init_state(jax.random.PRNGKey(0)))
   assert restored is not None
   return (experiment, *restored)
 
@@ -80,6 +86,22 @@ def test_checkpoint_v1_restores_intact(tmp_path):
   # Saved before its step's evaluation (vmoe/trainer.py), after the iterator read 2 batches.
   assert record['eval_history'] == [] and record['data'] is not None
   assert experiment.num_train_steps == 2
+
+
+def test_checkpoint_v1_restores_with_the_router_state_at_its_initial_value(tmp_path):
+  # checkpoint_v1 predates TrainState.router_state. Read into a router with state and the same
+  # parameters (lossfree_tc's gating kernel is softmax_tc's), its bias comes from the fresh
+  # init (zeros), and every leaf the checkpoint holds is its own, checksums checked.
+  assert 'router_state' in checkpointing.FIELDS_ADDED
+  workdir = copy_fixture('checkpoint_v1', str(tmp_path))
+  _, state, _ = restore_fixture(workdir, router='lossfree_tc')
+  _, plain, _ = restore_fixture(copy_fixture('checkpoint_v1', str(tmp_path / 'again')))
+  assert os.listdir(checkpointing.checkpoints_dir(workdir)) == ['2']    # Nothing set aside.
+  biases = jax.tree.leaves(state.router_state)
+  assert len(biases) == 1 and biases[0].shape == (2,) and not np.any(biases[0])
+  assert plain.router_state == {}
+  jax.tree.map(np.testing.assert_array_equal, state.params, plain.params)
+  jax.tree.map(np.testing.assert_array_equal, state.opt_state, plain.opt_state)
 
 
 def write_fixture(destination: str) -> None:

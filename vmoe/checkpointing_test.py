@@ -162,7 +162,8 @@ def test_a_field_added_to_the_state_restores_at_its_fresh_value(tmp_path, monkey
      r'1 leaf of another shape or dtype \(params/w\)\.'),
 ])
 def test_a_checkpoint_of_another_tree_is_a_user_error_and_stays_in_place(tmp_path, target,
-                                                                         message):
+                                                                         message, monkeypatch):
+  monkeypatch.setattr(checkpointing, 'FIELDS_ADDED', ())
   save_steps(tmp_path, [1])
   manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
   with pytest.raises(errors.UserError, match=r'^Checkpoint .*checkpoints/1 holds another state '
