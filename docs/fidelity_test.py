@@ -129,3 +129,11 @@ def test_the_parser_reads_the_forms_the_table_uses():
   row = '| **Data:** x | not stated | `a\\|b` | c | `d_test.py::test_d` |'
   (_, is_table, cells), = units(row)
   assert is_table and len(cells) == 5 and list(nodes(cells[-1])) == [('d_test.py', 'test_d')]
+
+
+def test_the_routers_after_the_paper_have_their_block():
+  text = DOC.read_text()
+  block = text.split('## Routers after the paper', 1)[1]
+  rows = [cells[0] for _, cells in table_rows(block)]
+  for router in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc'):
+    assert any(f'**{router}:**' in row for row in rows), router

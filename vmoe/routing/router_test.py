@@ -360,3 +360,22 @@ def test_a_router_with_state_updates_it_once_per_training_call_and_never_in_eval
   module.apply(variables, x, train=False)
   _, same = module.apply(variables, x, train=False, mutable=[router_lib.ROUTER_STATE])
   assert same[router_lib.ROUTER_STATE]['state']['bias'].tolist() == [0.0] * 4
+
+
+def test_routers_after_the_paper_pin_their_defaults():
+  # docs/fidelity.md, "Routers after the paper": no router noise or paper losses for any of the
+  # five; their options at the sources' values.
+  specs = {name: router_lib.ROUTERS[name]
+           for name in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc')}
+  assert all(spec.presets == {} for spec in specs.values())
+  assert specs['lossfree_tc'].options == {'bias_update_rate': 1e-3}
+  assert specs['base'].options == {'auction_epsilon': 1e-3, 'auction_max_iters': 2000}
+  assert specs['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
+                                      'balance_loss_weight': 1e-2}
+  assert specs['random_tc'].frozen_kernel and not specs['sigmoid_tc'].frozen_kernel
+  assert specs['lossfree_tc'].state is not None and specs['sigmoid_tc'].state is None
+  # BASE: the balanced assignment in training, greedy top-1 token choice in evaluation.
+  assert specs['base'].allocation.kind == 'balanced_assignment'
+  assert specs['base'].allocation_at(train=False).kind == names.TOKEN_CHOICE
+  config = router_lib.RouterConfig('sigmoid_tc', 1)
+  assert config.noise_std == 0 and config.importance_loss_weight == config.load_loss_weight == 0
