@@ -49,10 +49,24 @@ def build_abstract(config) -> dict:
   return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
 
 
-def test_the_config_files_are_the_papers_18_and_tiny():
+def test_the_config_files_are_the_papers_18_tiny_and_the_router_lab():
   names = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIG_DIR, '*.py'))}
   names -= LIBRARY_FILES | {n for n in names if n.endswith('_test')}
-  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny'}
+  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny', 'router_lab'}
+
+
+@pytest.mark.parametrize('arch', ['b32', 'b16', 'l16'])
+def test_the_router_lab_config_is_the_paper_cell_with_any_router(arch):
+  # configs/router_lab.py: the paper's recipe of that architecture, the router's own presets.
+  lab = load('router_lab', f'arch={arch},router=softmax_ec,c=2')
+  paper_cell = load(f'{arch}_softmax_ec', 'c=2')
+  assert lab.config_arg == f'arch={arch},router=softmax_ec,c=2,runlocal=False'
+  lab.config_arg = paper_cell.config_arg
+  assert lab.to_dict() == paper_cell.to_dict()
+  other = load('router_lab', f'arch={arch},router=lossfree_tc')
+  assert other.moe.router.name == 'lossfree_tc' and other.moe.router.noise_std == 0.0
+  assert dict(other.moe.router.options) == {'bias_update_rate': 1e-3}
+  parse(other)
 
 
 @pytest.mark.parametrize('name', DENSE_FILES)

@@ -37,10 +37,13 @@ import pytest
 from vmoe import experiment as experiment_lib
 from vmoe import train_program
 from vmoe import sharding
+from vmoe.routing import lab_routers
 from vmoe.routing import router as router_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROUTERS = router_lib.PAPER_ROUTERS
+# The paper's routers and the five after it (vmoe/routing/lab_routers.py): lossfree_tc updates
+# its state from a sum over every device's groups, random_tc keeps its kernel in that state.
+ROUTERS = router_lib.PAPER_ROUTERS + tuple(lab_routers.ROUTERS)
 NUM_DEVICES, EXPERT_AXIS, GROUP_SIZE, STEPS = 8, 4, 2, 2
 # 8 CPU devices, on top of the session's fast-compile flags (conftest.py); both sides of every
 # comparison run with the same flags.
@@ -199,6 +202,10 @@ def compare(key: str, experiment: experiment_lib.Experiment, starts: dict) -> di
     found['loss_1'].append(float(metrics_1['loss']))
     found['loss_8'].append(float(metrics_8['loss']))
     found['steps'].append(step_differences(experiment, float(schedule(i)), state, state_1, state_8))
+    found.setdefault('router_state_diff', []).append(max(
+        [float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(state_1.router_state),
+                                                      jax.tree.leaves(state_8.router_state))],
+        default=0.0))
     state = state_1
   wi = state_8.params['block_01']['moe']['experts']['wi']
   wi_sharding = compiled_8.output_shardings[0].params['block_01']['moe']['experts']['wi']
@@ -265,6 +272,9 @@ def test_expert_sharded_step_equals_the_single_device_step(results, router):
   for step in r['steps']:
     check_gradients(step, REDUCTION_RTOL)
     assert max(step['param_excess'].values()) <= 1, step['param_excess']
+  # The routers' state moves by counts (lossfree_tc: the sign of integer load differences, summed
+  # over all groups, whichever device holds them) or not at all (random_tc): equal on both.
+  assert r['router_state_diff'] == [0.0] * STEPS
 
 
 def check_gradients(step: dict, rtol: float) -> None:

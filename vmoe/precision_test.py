@@ -16,6 +16,7 @@ from vmoe import sharding
 from vmoe import train_step as train_lib
 from vmoe import vit
 from vmoe.routing import allocation
+from vmoe.routing import lab_routers
 from vmoe.routing import router as router_lib
 
 F32_EPS = float(np.finfo(np.float32).eps)
@@ -70,7 +71,9 @@ def test_bfloat16_model_routes_as_the_float32_model(router):
   # reads them in float32 under either model dtype, so its logits, and the routing decisions and
   # weights computed from them, are identical; only the experts and the buffers are bfloat16.
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16)).astype(jnp.bfloat16)
-  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  # With noise for the routers whose presets have it (the paper's softmax and Sinkhorn ones).
+  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
+                                   router_lib.PAPER_ROUTERS else 0.0)
   layer = lambda dtype: moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dtype=dtype,
                                    dispatch_dtype=moe.buffer_dtype(dtype, 'float32'))
   params = layer(jnp.float32).init(jax.random.PRNGKey(1), x.astype(jnp.float32))
@@ -161,13 +164,16 @@ def layer_inside(layer, variables, x):
   return y, route, buffers, outputs
 
 
-V_MOE_CASES = [(name, 'indices') for name in router_lib.PAPER_ROUTERS] + [
-    (name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe']
+# The paper's routers on both paths, and the five after it (lab_routers) on the configs' path.
+V_MOE_CASES = [(name, 'indices') for name in router_lib.PAPER_ROUTERS + tuple(lab_routers.ROUTERS)
+               ] + [(name, 'einsum') for name in router_lib.PAPER_ROUTERS if name != 'soft_moe']
 
 
 @pytest.mark.parametrize('router,dispatch', V_MOE_CASES)
 def test_bfloat16_dispatch_combines_in_float32_as_v_moe(router, dispatch):
-  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  # With noise for the routers whose presets have it (the paper's softmax and Sinkhorn ones).
+  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
+                                   router_lib.PAPER_ROUTERS else 0.0)
   layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dispatch=dispatch,
                      dispatch_dtype=jnp.bfloat16)
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))   # Float32 tokens of a float32 model.
