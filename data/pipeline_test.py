@@ -11,8 +11,8 @@ import tensorflow_datasets as tfds
 from data import config as data_config_lib
 from data import pipeline
 from data import sources
-from data.testdata import data_config
-from data.testdata import write_multilabel
+from testing.data import data_config
+from testing.data import write_multilabel
 
 AUGMENT = ('decode(channels=1)|inception_crop(8)|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
            'onehot(10)|keep("image", "labels")')

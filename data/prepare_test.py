@@ -6,7 +6,7 @@ from data import embedded
 from data import pipeline
 from data import prepare
 from data import sources
-from data.testdata import data_config
+from testing.data import data_config
 
 
 def test_build_prepares_array_record(tmp_path, capsys):

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from data import records
-from data.testdata import write_multilabel
+from testing.data import write_multilabel
 
 
 @pytest.mark.parametrize('file_format', records.FILE_FORMATS)

@@ -24,8 +24,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from base import errors
-from base import full_disk_testutil as full_disk
-from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from testing import full_disk
+from testing import checkpoint_faults
 from vmoe import checkpointing
 from vmoe import observability
 from vmoe import run_protocol
