@@ -20,8 +20,8 @@ from vmoe import flops
 from vmoe import sharding
 from vmoe import train_program
 from vmoe import train_step as train_lib
+from vmoe.routing import names as router_names
 
-DENSE = common.DENSE
 SOFT = 'soft_moe'
 
 
@@ -41,7 +41,7 @@ class Stepper:
     router, memory = e.moe.router, self.compiled.memory_analysis()
     per_device_batch = e.batch_size // jax.device_count()
     self.fields = {
-        'arch': e.model.variant, 'router': router.name if router else DENSE,
+        'arch': e.model.variant, 'router': router.name if router else router_names.DENSE,
         'capacity': router.capacity_factor if router else None,
         'softmax_combine': router.softmax_combine if router else True, 'dtype': e.model.dtype,
         'dispatch_dtype': e.moe.dispatch_dtype if router else None,
@@ -111,11 +111,11 @@ def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
   (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT] for Soft MoE,
   targets['sparse'] for the others, each a (ratio's name, bound)."""
   key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'])
-  dense = {key(r): r for r in rows if r['router'] == DENSE}
+  dense = {key(r): r for r in rows if r['router'] == router_names.DENSE}
   out = []
   for r in rows:
     base = dense.get(key(r))
-    if r['router'] == DENSE or base is None:
+    if r['router'] == router_names.DENSE or base is None:
       out.append(r)
       continue
     extra = {'vs_dense': round(r['step_ms'] / base['step_ms'], 3),

@@ -19,6 +19,7 @@ from vmoe import experiment as experiment_lib
 from vmoe import run_protocol
 from vmoe import trainer
 from vmoe import vit
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,8 +62,8 @@ def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
   routed = load(name.replace('dense', 'softmax_tc')).to_dict()
   differences = {k for k in config.to_dict() if config.to_dict()[k] != routed[k]}
   assert differences == {'moe'}     # Same recipe, data, model, evaluation and mesh.
-  assert config.moe.num_experts == 0 and config.moe.router.name == common.DENSE
-  assert parse(config).router_name == common.DENSE
+  assert config.moe.num_experts == 0 and config.moe.router.name == router_names.DENSE
+  assert parse(config).router_name == router_names.DENSE
   params = build_abstract(config)
   assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())
 
@@ -181,14 +182,14 @@ def test_router_presets_follow_the_reference(name):
     assert moe.router.noisy_combine == (router != 'sinkhorn_tc')
 
 
-@pytest.mark.parametrize('router', list(router_lib.PAPER_ROUTERS) + [common.DENSE])
+@pytest.mark.parametrize('router', list(router_lib.PAPER_ROUTERS) + [router_names.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):
     config = load('tiny', f'router={router},c={c}')
     parse(config)
     assert config.config_arg == f'router={router},c={c},runlocal=False'
     params = build_abstract(config)
-    assert ('moe' in params['block_01']) == (router != common.DENSE)
+    assert ('moe' in params['block_01']) == (router != router_names.DENSE)
     assert 'mlp' in params['block_00'] and 'mlp' in params['block_02']
   local = load('tiny', f'router={router},runlocal=True')
   parse(local)

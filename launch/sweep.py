@@ -48,7 +48,6 @@ from vmoe.routing import names as router_names
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
 # 'B/32' -> 'b32'), and configs/tiny.py.
 ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ('tiny',)
-DENSE = router_names.DENSE
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
@@ -71,7 +70,7 @@ class GridRun:
   @property
   def name(self) -> str:
     """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2', 'dense', 'dense_s1'."""
-    cell = DENSE if self.router == DENSE else f'{self.router}_c{self.capacity}'
+    cell = self.router if self.router == router_names.DENSE else f'{self.router}_c{self.capacity}'
     return (cell + ('' if self.softmax_combine else '_nosmc') +
             (f'_s{self.seed}' if self.seed else ''))
 
@@ -94,7 +93,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  valid = (DENSE,) + paper.ROUTERS
+  valid = (router_names.DENSE,) + paper.ROUTERS
   unknown = sorted(set(routers or ()) - set(valid))
   if unknown:
     raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {", ".join(valid)}.')
@@ -104,7 +103,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
                      f'{", ".join(map(str, paper.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
-    runs.append(GridRun(arch, DENSE, None, seed))
+    runs.append(GridRun(arch, router_names.DENSE, None, seed))
     runs += [GridRun(arch, router, c, seed) for c in paper.CAPACITIES for router in paper.ROUTERS]
     if include_ablation:
       runs += [GridRun(arch, ABLATION_ROUTER, c, seed, softmax_combine=False)
@@ -118,9 +117,9 @@ def config_arg(run: GridRun) -> str:
   """The --config value: 'configs/b32_soft_moe.py:c=2', 'configs/b32_dense.py',
   'configs/tiny.py:router=soft_moe,c=2' or 'configs/tiny.py:router=dense'."""
   if run.arch == 'tiny':
-    return ('configs/tiny.py:router=dense' if run.router == DENSE else
+    return ('configs/tiny.py:router=dense' if run.router == router_names.DENSE else
             f'configs/tiny.py:router={run.router},c={run.capacity}')
-  if run.router == DENSE:
+  if run.router == router_names.DENSE:
     return f'configs/{run.arch}_dense.py'
   return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
 
@@ -270,7 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
-                      help=f'Comma-separated: keep these of {DENSE},{",".join(paper.ROUTERS)}.')
+                      help=f'Comma-separated: keep these of '
+                           f'{",".join((router_names.DENSE,) + paper.ROUTERS)}.')
   parser.add_argument('--capacities', type=_names, help='Comma-separated: keep these of 1,2.')
   parser.add_argument('--jobs', type=int, default=1, help='Runs at once (default 1).')
   parser.add_argument('--records', help='Copy each finished run\'s summary.json (and its '

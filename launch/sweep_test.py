@@ -11,6 +11,7 @@ import pytest
 
 from launch import sweep
 from vmoe import run_protocol
+from vmoe.routing import names as router_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,7 +82,7 @@ def test_grid_is_dense_then_six_routers_by_two_capacities_plus_ablation():
   assert [r.name for r in with_ablation if not r.softmax_combine] == [
       'sinkhorn_tc_c1_nosmc', 'sinkhorn_tc_c2_nosmc', 'sinkhorn_tc_c1_nosmc_s1',
       'sinkhorn_tc_c2_nosmc_s1']
-  assert [r.name for r in with_ablation if r.router == sweep.DENSE] == ['dense', 'dense_s1']
+  assert [r.name for r in with_ablation if r.router == router_names.DENSE] == ['dense', 'dense_s1']
   with pytest.raises(ValueError, match='valid: b32, b16, l16, tiny'):
     sweep.make_grid('h14')
 
@@ -109,11 +110,11 @@ def test_commands_follow_the_main_py_contract():
   assert sweep.main_py_command(tiny, tiny.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/tiny.py:router=soft_moe,c=1',
       '--workdir=R/tiny/soft_moe_c1']
-  dense = sweep.GridRun('b16', sweep.DENSE, None, seed=2)
+  dense = sweep.GridRun('b16', router_names.DENSE, None, seed=2)
   assert sweep.main_py_command(dense, dense.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/b16_dense.py', '--workdir=R/b16/dense_s2',
       '--config.seed=2']
-  assert sweep.config_arg(sweep.GridRun('tiny', sweep.DENSE, None)) == (
+  assert sweep.config_arg(sweep.GridRun('tiny', router_names.DENSE, None)) == (
       'configs/tiny.py:router=dense')
 
 
