@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from base import atomic
+from bench import step
 from bench import timing
 from configs import common
 from vmoe import flops
@@ -33,7 +34,6 @@ from vmoe.routing import allocation
 from vmoe.routing import router as router_lib
 
 BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
-SOFT = 'soft_moe'
 IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images.
 # Tokens of a routing group at 224 px: 8 images of (224 / patch)^2 patches + the class token.
 GROUP_SIZES = (IMAGES_PER_GROUP * (7 * 7 + 1), IMAGES_PER_GROUP * (14 * 14 + 1))   # B/32, B/16.
@@ -137,7 +137,7 @@ def expert_tokens(args) -> int:
   if args.router == 'round_robin':
     return args.groups * args.experts * allocation.compute_capacity(
         args.group_size, args.experts, 1)
-  config = router_config(SOFT if args.router == 'soft_moe_experts' else args.router,
+  config = router_config(step.SOFT_MOE if args.router == 'soft_moe_experts' else args.router,
                          args.capacity, args.experts)
   images = moe.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
   tokens = args.group_size // IMAGES_PER_GROUP * images
@@ -240,7 +240,7 @@ def ratios(rows: list) -> list:
       xla_ratio = row['xla_flops'] / dense['xla_flops']
       found['xla_flops_ratio'] = round(xla_ratio, 3)
       found['vs_xla_flops_scaled_dense'] = round(ms(name) / (ms('dense_mlp') * xla_ratio), 3)
-      if name == SOFT and 'soft_moe_experts' in at:
+      if name == step.SOFT_MOE and 'soft_moe_experts' in at:
         found['vs_own_experts'] = round(ms(name) / ms('soft_moe_experts'), 3)
         found['own_experts_vs_flops_scaled_dense'] = round(
             ms('soft_moe_experts') / (ms('dense_mlp') * flops_ratio), 3)
@@ -251,7 +251,7 @@ def ratios(rows: list) -> list:
 def grid_rows(args, group_size: int, capacity: float) -> list:
   """The rows of one shape and capacity: each of --routers, then the baselines (soft_moe_experts
   only beside soft_moe)."""
-  baselines = [b for b in BASELINES if b != 'soft_moe_experts' or SOFT in args.routers]
+  baselines = [b for b in BASELINES if b != 'soft_moe_experts' or step.SOFT_MOE in args.routers]
   return [argparse.Namespace(**{**vars(args), 'router': name, 'group_size': group_size,
                                 'capacity': capacity}) for name in args.routers + baselines]
 

@@ -27,9 +27,9 @@ from results import paper
 from vmoe.routing import names as router_names
 
 ARCHS = paper.ARCHS
-ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT)
+ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
 DTYPES = ('float32', 'bfloat16')
-TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT: ('vs_flops_scaled_dense', 1.1)}
+TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
 CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
 
 

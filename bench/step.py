@@ -22,7 +22,7 @@ from vmoe import train_program
 from vmoe import train_step as train_lib
 from vmoe.routing import names as router_names
 
-SOFT = 'soft_moe'
+SOFT_MOE = 'soft_moe'   # The router with a target of its own (`add_ratios`).
 
 
 class Stepper:
@@ -108,8 +108,8 @@ def measure(steppers: list, rounds: int, steps: int, warmup: int) -> list[dict]:
 
 def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
   """Each MoE row with its step and FLOPs over the dense row of the same arch, dtype and batch
-  (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT] for Soft MoE,
-  targets['sparse'] for the others, each a (ratio's name, bound)."""
+  (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT_MOE] for Soft
+  MoE, targets['sparse'] for the others, each a (ratio's name, bound)."""
   key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'])
   dense = {key(r): r for r in rows if r['router'] == router_names.DENSE}
   out = []
@@ -120,13 +120,13 @@ def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
       continue
     extra = {'vs_dense': round(r['step_ms'] / base['step_ms'], 3),
              'flops_vs_dense': round(r['flops_per_image'] / base['flops_per_image'], 3)}
-    if r['router'] == SOFT:
+    if r['router'] == SOFT_MOE:
       extra['vs_flops_scaled_dense'] = round(extra['vs_dense'] / extra['flops_vs_dense'], 3)
     if r['step_ms'] > base['step_ms']:
       # How much of the MoE step's extra time its optimizer update's extra time explains.
       extra['update_share_of_extra'] = round(
           (r['update_ms'] - base['update_ms']) / (r['step_ms'] - base['step_ms']), 3)
-    name, bound = targets[SOFT if r['router'] == SOFT else 'sparse']
+    name, bound = targets[SOFT_MOE if r['router'] == SOFT_MOE else 'sparse']
     paper_row = r['capacity'] == 1 and r['softmax_combine']
     extra['target'] = {name: bound} if paper_row else None
     extra['meets_target'] = extra[name] <= bound if paper_row else None

@@ -26,7 +26,7 @@ from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
-TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT: ('vs_dense', 1.2)}
+TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT_MOE: ('vs_dense', 1.2)}
 
 
 def tiny_config(router: str, capacity: float, softmax_combine: bool = True):

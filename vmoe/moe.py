@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from vmoe import sharding
 from vmoe.routing import allocation
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 
@@ -129,7 +130,7 @@ DISPATCHES = ('indices', 'einsum')
 
 def images_per_routing_group(router: router_lib.RouterConfig, group_size: int) -> int:
   """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
-  return 1 if router.spec.allocation == router_lib.SOFT else group_size
+  return 1 if router.spec.allocation == router_names.SOFT_ALLOCATION else group_size
 
 
 @dataclasses.dataclass(frozen=True)

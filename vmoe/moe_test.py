@@ -10,6 +10,7 @@ import pytest
 from vmoe import moe
 from vmoe.routing import affinity
 from vmoe.routing import allocation
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 from vmoe.routing import soft
 
@@ -21,7 +22,7 @@ def dense_routing_tensors(params, group, config):
   """The paper's (D, C) for one group through the dense allocation API (not the layer's index
   path); the affinity is the registry's, which the router tests check on their own."""
   spec = config.spec
-  if spec.allocation == router_lib.SOFT:
+  if spec.allocation == router_names.SOFT_ALLOCATION:
     return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
   capacity = config.capacity(group.shape[0], NUM_EXPERTS)
   logits = group @ params['router']['kernel']
@@ -37,7 +38,7 @@ def reference_moe(variables, x, config):
   """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
   params = variables['params']
   experts = params['experts']
-  images_per_group = 1 if config.spec.allocation == router_lib.SOFT else GROUP_SIZE
+  images_per_group = 1 if config.spec.allocation == router_names.SOFT_ALLOCATION else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
 
   def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.

@@ -64,7 +64,6 @@ def _expert_choice_slots(scores, capacity, config):
 
 
 ALLOCATIONS = {names.TOKEN_CHOICE: _token_choice_slots, names.EXPERT_CHOICE: _expert_choice_slots}
-SOFT = names.SOFT
 
 
 def _check_name(kind: str, name, registry) -> None:
@@ -75,12 +74,13 @@ def _check_name(kind: str, name, registry) -> None:
 @dataclasses.dataclass(frozen=True)
 class RouterSpec:
   """Which affinity (an AFFINITIES name) feeds which allocation (an ALLOCATIONS name); Soft MoE
-  has affinity None and allocation SOFT. Unknown names fail listing the valid ones."""
+  has affinity None and allocation names.SOFT_ALLOCATION. Unknown names fail listing the valid
+  ones."""
   affinity: str | None
   allocation: str
 
   def __post_init__(self):
-    if self.allocation == SOFT and self.affinity is None:
+    if self.allocation == names.SOFT_ALLOCATION and self.affinity is None:
       return
     _check_name('affinity', self.affinity, AFFINITIES)
     _check_name('allocation', self.allocation, ALLOCATIONS)
@@ -271,7 +271,7 @@ class Router(nn.Module):
   def __call__(self, x: jax.Array, *, train: bool):
     _, num_tokens, dim = x.shape
     capacity = self.config.capacity(num_tokens, self.num_experts)
-    if self.config.spec.allocation == SOFT:
+    if self.config.spec.allocation == names.SOFT_ALLOCATION:
       # lecun_normal with its default axes on (D, E, C), as the reference's Soft MoE router
       # initialises its (D, E, C) slot parameters: fan-in = E * D (in_axis E, receptive field D),
       # so Phi starts sqrt(E) times smaller than with fan-in D.

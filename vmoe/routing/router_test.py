@@ -29,7 +29,7 @@ def test_specs_name_registered_pieces_and_unknown_ones_fail_listing_the_valid():
   assert router_lib.PAPER_ROUTERS is names.PAPER_ROUTERS
   for spec in router_lib.ROUTERS.values():
     assert spec.affinity in router_lib.AFFINITIES or spec == router_lib.RouterSpec(None, 'soft')
-    assert spec.allocation in router_lib.ALLOCATIONS or spec.allocation == router_lib.SOFT
+    assert spec.allocation in router_lib.ALLOCATIONS or spec.allocation == names.SOFT_ALLOCATION
   with pytest.raises(ValueError, match="unknown affinity 'entropic'; valid: softmax, sinkhorn, "
                                        "sparsity_constrained"):
     router_lib.RouterSpec('entropic', 'expert_choice')
