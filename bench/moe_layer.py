@@ -12,7 +12,7 @@ each router's forward+backward by the baselines', and by the dense MLP's scaled 
 dispatch and combine included).
 
 --expert-shards N times one device of a mesh of N expert devices: it routes its own groups over
-all E experts, then runs its E / N experts on N devices' slots (ComposedMoe, ExpertShard); the
+all E experts, then runs its E / N experts on N devices' slots (sharded_layer, ExpertShard); the
 all-to-all is a local transpose of the same bytes, not timed.
 """
 import argparse
@@ -64,38 +64,23 @@ def round_robin(num_groups: int, num_tokens: int, num_experts: int) -> router_li
   return router_lib.SparseRouting(slot_token, jnp.ones(slot_token.shape, jnp.float32))
 
 
-class ComposedMoe(nn.Module):
-  """moe.MoeMlp's layer with index dispatch, composed of the library's pieces (router, dispatch,
-  combine) around one device's experts of an expert-sharded mesh (ExpertShard); router None
-  routes round robin. At shards = 1 it computes what MoeMlp computes (moe_layer_test)."""
+class RoundRobin(nn.Module):
+  """A router for moe.MoeMlp without parameters: groups (G, S, D) -> (round_robin's routing, no
+  auxiliary loss)."""
   num_experts: int
-  mlp_dim: int
-  router: router_lib.RouterConfig | None
-  shards: int = 1
-  dispatch_dtype: Any = jnp.float32
 
-  @nn.compact
   def __call__(self, x, *, train):
-    images, tokens_per_image, dim = x.shape
-    per_group = (IMAGES_PER_GROUP if self.router is None else
-                 moe.images_per_routing_group(self.router, IMAGES_PER_GROUP))
-    groups = x.reshape(images // per_group, per_group * tokens_per_image, dim)
-    if self.router is None:
-      route, aux_loss = round_robin(*groups.shape[:2], self.num_experts), 0.0
-    else:
-      route, metrics = router_lib.Router(self.router, self.num_experts, name='router')(
-          groups, train=train)
-      aux_loss = metrics['aux_loss']
-    experts = ExpertShard(self.num_experts // self.shards, self.mlp_dim, shards=self.shards,
-                          output_dtype=self.dispatch_dtype, name='experts')
-    tokens = groups.astype(self.dispatch_dtype)
-    if isinstance(route, router_lib.DenseRouting):
-      outputs = experts(moe.dispatch_dense(tokens, route.dispatch), train=train)
-      y = moe.combine_dense(outputs, route.combine)
-    else:
-      outputs = experts(moe.dispatch_by_index(tokens, route.slot_token), train=train)
-      y = moe.combine_by_index(outputs, route.slot_token, route.slot_weight, groups.shape[1])
-    return y.reshape(x.shape).astype(x.dtype), {'aux_loss': aux_loss}
+    del train
+    return round_robin(*x.shape[:2], self.num_experts), {'aux_loss': jnp.zeros((), jnp.float32)}
+
+
+def sharded_layer(router: nn.Module, images_per_group: int, num_experts: int, mlp_dim: int,
+                  shards: int, dispatch_dtype=jnp.float32) -> moe.MoeMlp:
+  """moe.MoeMlp around one device's experts of a mesh of `shards` expert devices (ExpertShard),
+  `router` routing over all `num_experts`; at shards = 1 it is the library's layer
+  (moe_layer_test)."""
+  experts = ExpertShard(num_experts // shards, mlp_dim, shards=shards, output_dtype=dispatch_dtype)
+  return moe.MoeMlp(router, experts, images_per_group, dispatch_dtype=dispatch_dtype)
 
 
 class DenseMlp(moe.Experts):
@@ -146,7 +131,8 @@ def expert_tokens(args) -> int:
 
 
 def layer(args) -> nn.Module:
-  """The module of one row: a baseline, moe.MoeMlp, or ComposedMoe on an expert-sharded mesh."""
+  """The module of one row: a baseline, or moe.MoeMlp (around ExpertShard on an expert-sharded
+  mesh)."""
   mlp_dim, shards = args.mlp_dim or 4 * args.dim, args.expert_shards
   if args.router == 'dense_mlp':
     return DenseMlp(1, mlp_dim)
@@ -154,13 +140,15 @@ def layer(args) -> nn.Module:
     slots = expert_tokens(args) // (args.groups * IMAGES_PER_GROUP * args.experts)
     return SoftMoeExperts(args.experts, mlp_dim, slots, shards)
   if args.router == 'round_robin':
-    return ComposedMoe(args.experts, mlp_dim, None, shards)
+    return sharded_layer(RoundRobin(args.experts), IMAGES_PER_GROUP, args.experts, mlp_dim, shards)
   config = router_config(args.router, args.capacity, args.experts)
   dtype = moe.buffer_dtype(jnp.float32, args.dispatch_dtype)
   if shards > 1:
-    return ComposedMoe(args.experts, mlp_dim, config, shards, dtype)
-  return moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
-                    dispatch_dtype=dtype)
+    return sharded_layer(router_lib.Router(config, args.experts),
+                         moe.images_per_routing_group(config, IMAGES_PER_GROUP), args.experts,
+                         mlp_dim, shards, dtype)
+  return moe.moe_mlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
+                     dispatch_dtype=dtype)
 
 
 class CompiledRow(NamedTuple):

@@ -53,7 +53,7 @@ def reference_moe(variables, x, config):
 
 
 def make_layer(config, dispatch='indices'):
-  return moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
+  return moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
 
 
 def init_variables(layer):
