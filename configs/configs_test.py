@@ -16,7 +16,7 @@ import pytest
 from configs import common
 from data import imagenet21k_splits
 from vmoe import experiment as experiment_lib
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import trainer
 from vmoe import vit
 from vmoe.routing import names as router_names
@@ -387,5 +387,5 @@ def test_paper_config_runlocal_trains_on_embedded_data(tmp_path):
   summary = trainer.train_and_evaluate(parsed, str(tmp_path), 'configs/b32_softmax_tc.py')
   assert summary.steps == 2 and summary.arch == 'mu/32' and summary.router == 'softmax_tc'
   assert summary.upstream_prec1 is not None and set(summary.fewshot) == {'digits'}
-  assert (tmp_path / run_protocol.SUMMARY_FILE).exists()
+  assert (tmp_path / run_outputs.SUMMARY_FILE).exists()
   assert summary.resolved_config == parsed.to_dict()

@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from data import no_autograph
 from data import sources
-from data import tracing
 
 CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
@@ -42,7 +42,7 @@ class Reader:
     """(position, index) int64 elements -> (position, example before `steps`) elements."""
     if self.cached is not None:
       arrays = {k: tf.constant(v) for k, v in self.cached.items()}
-      return slots.map(tracing.without_autograph(
+      return slots.map(no_autograph.without_autograph(
           lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()})))
 
     def fetch(indices):
@@ -51,8 +51,8 @@ class Reader:
     def read(t, i):
       serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
       return t, tf.ensure_shape(serialized, [None])
-    parse = tracing.without_autograph(lambda t, s: (t, self.records.parse(s)))
-    return slots.batch(CHUNK).map(tracing.without_autograph(read)).unbatch().map(
+    parse = no_autograph.without_autograph(lambda t, s: (t, self.records.parse(s)))
+    return slots.batch(CHUNK).map(no_autograph.without_autograph(read)).unbatch().map(
         parse, num_parallel_calls=PARALLEL_CALLS)
 
   def example(self, index: int) -> dict:

@@ -28,7 +28,7 @@ from base import atomic
 from base import stats
 from launch import sweep
 from results import summaries
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe.routing import names as router_names
 
 MOE_ROUTER = 'softmax_tc'     # V-MoE's default router; fixed before the pilot ran.
@@ -97,7 +97,7 @@ def run(regimes: Sequence[Regime], root: str, seeds: int, jobs: int, python: str
     command = lambda r, workdir: sweep.main_py_command(r, workdir, python) + regime.arguments()
     print(f'== regime {regime.name}: {regime.knobs}, {regime.steps} steps', flush=True)
     result = sweep.run_sweep(runs, os.path.join(root, regime.name), command, jobs=jobs)
-    if result == run_protocol.INTERRUPTED:
+    if result == run_outputs.INTERRUPTED:
       return result            # Ctrl-C or a stopped trainer: no further regime starts.
     status = max(status, result)
   return status

@@ -42,7 +42,7 @@ from typing import Callable, Sequence, TextIO
 
 from base import atomic
 from results import paper
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe.routing import names as router_names
 
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
@@ -152,8 +152,8 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
 def _outcome(status: int, workdir: str) -> str | None:
   """None if the run finished, 'interrupted' (by Ctrl-C or a preemption, its checkpoint saved),
   or why it failed."""
-  finished = os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE))
-  if run_protocol.stopped_early(status, finished) or status == -signal.SIGINT:
+  finished = os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE))
+  if run_outputs.stopped_early(status, finished) or status == -signal.SIGINT:
     return 'interrupted'
   if status == 0:
     return None
@@ -167,8 +167,8 @@ def keep_record(workdir: str, run: GridRun, destination: str) -> None:
   it ran, when, and its wall time), to DESTINATION/<arch>/<run name>/: the record a study
   commits, without the checkpoints. Both are written atomically."""
   target = run.workdir(destination)
-  with open(os.path.join(workdir, run_protocol.SUMMARY_FILE), 'rb') as f:
-    atomic.write_bytes(os.path.join(target, run_protocol.SUMMARY_FILE), f.read())
+  with open(os.path.join(workdir, run_outputs.SUMMARY_FILE), 'rb') as f:
+    atomic.write_bytes(os.path.join(target, run_outputs.SUMMARY_FILE), f.read())
   with open(os.path.join(workdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
     lines = [line for line in f if line.startswith('=== ')]
   atomic.write_text(os.path.join(target, LOG_FILE), ''.join(lines))
@@ -179,7 +179,7 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
               records: str | None = None) -> int:
   """Runs every unfinished run, up to `jobs` at once, in order; returns 0, 1 (some run failed)
   or 130 (interrupted: Ctrl-C, or a trainer that stopped early after checkpointing on Ctrl-C or
-  a preemption notice, run_protocol.stopped_early; no further run starts, and the running ones
+  a preemption notice, run_outputs.stopped_early; no further run starts, and the running ones
   are waited for). With `records`, each run that finishes (or had finished) is copied there by
   keep_record."""
   if jobs < 1:
@@ -195,8 +195,8 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
         i, run = pending.pop(0)
         workdir = run.workdir(root)
         tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
-        if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
-          say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
+        if os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE)):
+          say(f'{tag}: done ({run_outputs.SUMMARY_FILE} exists), skipped')
           skipped += 1
           if records and not dry_run:
             keep_record(workdir, run, records)
@@ -240,9 +240,9 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
     for process in running:     # They got the Ctrl-C too: let them checkpoint and exit.
       process.wait()
     say('sweep interrupted; rerun the same command to resume (finished runs are skipped).')
-    return run_protocol.INTERRUPTED
+    return run_outputs.INTERRUPTED
   if interrupted:
-    return run_protocol.INTERRUPTED
+    return run_outputs.INTERRUPTED
   if dry_run:
     return 0
   say(f'sweep: {ran} ran, {skipped} skipped, {len(failed)} failed' +

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from launch import sweep
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe.routing import names as router_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +161,7 @@ def test_an_interrupted_or_preempted_trainer_stops_the_sweep(tmp_path, fake, sto
   out = io.StringIO()
   status = sweep.run_sweep(sweep.make_grid('tiny')[1:4], str(tmp_path / 'runs'),
                            command({'sinkhorn_tc_c1': stop}), out=out)
-  assert status == run_protocol.INTERRUPTED == 130
+  assert status == run_outputs.INTERRUPTED == 130
   assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
   assert 'rerun the same command to resume' in out.getvalue()
 
@@ -196,7 +196,7 @@ def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
   started = entries('start')
   assert [n for n in set(started) if started.count(n) > 1] == ['softmax_ec_c1']
   for run in grid:
-    with open(os.path.join(run.workdir(root), run_protocol.SUMMARY_FILE)) as f:
+    with open(os.path.join(run.workdir(root), run_outputs.SUMMARY_FILE)) as f:
       assert json.load(f) == {'router': run.name}
   # A third pass has nothing left to do.
   out = io.StringIO()
@@ -264,7 +264,7 @@ def test_records_keep_each_finished_runs_summary_and_timing_lines(tmp_path, fake
   # The first run had finished before --records was given: it is copied when skipped.
   assert sweep.run_sweep(grid, root, command(), out=io.StringIO(), records=records) == 0
   for run in grid:
-    with open(os.path.join(run.workdir(records), run_protocol.SUMMARY_FILE)) as f:
+    with open(os.path.join(run.workdir(records), run_outputs.SUMMARY_FILE)) as f:
       assert json.load(f) == {'router': run.name}
     with open(os.path.join(run.workdir(records), sweep.LOG_FILE)) as f:
       lines = f.read().splitlines()

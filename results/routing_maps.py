@@ -37,7 +37,7 @@ from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-po
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import experiment as experiment_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe import run_protocol  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import run_outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import train_program  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -112,7 +112,7 @@ def routes(model, params, images: np.ndarray) -> dict:
 
 def recorded_experiment(workdir: str) -> experiment_lib.Experiment:
   """The run's experiment, read back from the config.json it recorded at its start."""
-  with open(os.path.join(workdir, run_protocol.CONFIG_FILE), encoding='utf-8') as f:
+  with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:
     return experiment_lib.parse(json.load(f), num_devices=1)
 
 

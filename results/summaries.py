@@ -2,7 +2,7 @@
 
 A run is identified by (arch, dataset, router, capacity, softmax_combine); its seeds are the
 repetitions that tables and figures average. Summaries are read through the trainer's own record,
-vmoe.run_protocol.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
+vmoe.run_outputs.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
 fields, resolved_config) read as None; a file that is not JSON or lacks an identifying key is
 reported as a problem rather than stopping the whole report, and so are runs of one row whose
 resolved configs differ in more than the seed (they are kept out of that row).
@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 
 from base import errors
 from base import stats
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 
@@ -25,9 +25,9 @@ class Run:
   summary: dict
 
   @property
-  def record(self) -> run_protocol.RunSummary:
+  def record(self) -> run_outputs.RunSummary:
     """The summary as the trainer's record (ValueError if it lacks an identifying key)."""
-    return run_protocol.RunSummary.from_dict(self.summary)
+    return run_outputs.RunSummary.from_dict(self.summary)
 
   @property
   def key(self) -> tuple:
@@ -68,9 +68,9 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
   runs, problems = [], []
   for directory, subdirs, files in os.walk(root):
     subdirs.sort()
-    if run_protocol.SUMMARY_FILE not in files:
+    if run_outputs.SUMMARY_FILE not in files:
       continue
-    path = os.path.join(directory, run_protocol.SUMMARY_FILE)
+    path = os.path.join(directory, run_outputs.SUMMARY_FILE)
     try:
       with open(path, encoding='utf-8') as f:
         summary = json.load(f)
@@ -78,7 +78,7 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
       problems.append(f'{path}: unreadable ({e}); skipped.')
       continue
     try:
-      run_protocol.RunSummary.from_dict(summary)
+      run_outputs.RunSummary.from_dict(summary)
     except (TypeError, ValueError) as e:
       problems.append(f'{path}: {e}; skipped.')
       continue

@@ -5,11 +5,11 @@ start). Stages: (1) data and workdir checks before anything compiles, (2) the tr
 (vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
 (4) compile the step and account its cost, (5) the loop: a step, then what is due after it: log,
 save a checkpoint, evaluate (vmoe/loop_actions.py), (6) summary.json
-(run_protocol.RunSummary).
+(run_outputs.RunSummary).
 
 From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
 process (vmoe/preemption.py: before a step or an evaluation batch): the state there is saved,
-one line says so, and the process exits with run_protocol's status for it. A checkpoint holds
+one line says so, and the process exits with run_outputs's status for it. A checkpoint holds
 the state and a loop_actions.RunRecord. It is saved before its step's evaluation, and a resumed
 run evaluates its first step again if the record lacks that evaluation (a stop, or a kill, came
 during it): the summary's eval_history has every evaluation once, as an uninterrupted run's.
@@ -33,7 +33,7 @@ from vmoe import flops
 from vmoe import loop_actions
 from vmoe import observability
 from vmoe import preemption
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import sharding
 from vmoe import train_evals
 from vmoe import train_program
@@ -53,7 +53,7 @@ def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rn
 
 
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
-                       config_file: str = '') -> run_protocol.RunSummary:
+                       config_file: str = '') -> run_outputs.RunSummary:
   """Trains `experiment` (vmoe/experiment.py parse) in `workdir`, resuming if it holds
   checkpoints, and returns its summary; config_file is recorded in it."""
   # 1. Checks of the data and the workdir before anything compiles (the config was checked when
@@ -71,7 +71,7 @@ def check_data(experiment: experiment_lib.Experiment) -> None:
 
 
 def train_claimed(experiment: experiment_lib.Experiment, workdir: str,
-                  config_file: str = '') -> run_protocol.RunSummary:
+                  config_file: str = '') -> run_outputs.RunSummary:
   """Stages 2 to 6, once stage 1 has run: `workdir` claimed for `experiment` (workdir.claim),
   its data checked (check_data). main.py runs stage 1 in that order too: the workdir's checks
   before the trainer's imports, the data's after. Ctrl-C or SIGTERM stops at a safe point."""
@@ -80,7 +80,7 @@ def train_claimed(experiment: experiment_lib.Experiment, workdir: str,
 
 
 def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
-          stop: preemption.StopAgreement) -> run_protocol.RunSummary:
+          stop: preemption.StopAgreement) -> run_outputs.RunSummary:
   """Stages 2 to 6 of train_and_evaluate (the module docstring), stopping where `stop` says."""
   e = experiment
   # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
@@ -140,12 +140,12 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
 
 def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRecord, *,
               config_file: str, train_seconds: float, num_params: int, flops_per_step: float,
-              compile_seconds: float) -> run_protocol.RunSummary:
+              compile_seconds: float) -> run_outputs.RunSummary:
   """summary.json's record of a finished run: its identity, its last evaluation's results, every
   evaluation's precision@1, and its cost on this run's devices."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
-  return run_protocol.RunSummary(
+  return run_outputs.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,
       capacity=None if router is None else router.capacity_factor,
@@ -162,10 +162,10 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
                     for h in record.eval_history])
 
 
-def write_summary(workdir: str, summary: run_protocol.RunSummary) -> None:
+def write_summary(workdir: str, summary: run_outputs.RunSummary) -> None:
   """Writes WORKDIR/summary.json (process 0) and prints the run's last line; every process
   returns only once the file exists (launch/sweep.py checks it to skip a finished run)."""
-  path = os.path.join(workdir, run_protocol.SUMMARY_FILE)
+  path = os.path.join(workdir, run_outputs.SUMMARY_FILE)
   if jax.process_index() == 0:
     with errors.disk_full_is_user_error(workdir, f'writing {path}', lambda: (
         f'The run is finished and its last checkpoint (step {summary.steps}) saved: free some '

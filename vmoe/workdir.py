@@ -1,6 +1,6 @@
 """A run's workdir, checked before anything compiles: writable, and holding no other run.
 
-WORKDIR/config.json (run_protocol.CONFIG_FILE) records the run's resolved config when it starts;
+WORKDIR/config.json (run_outputs.CONFIG_FILE) records the run's resolved config when it starts;
 a rerun of the same command resumes only if its config is the same, so that one workdir never
 mixes two experiments' checkpoints and metrics.
 """
@@ -13,7 +13,7 @@ import jax
 from base import atomic
 from base import errors
 from vmoe import experiment as experiment_lib
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 def claim(workdir: str, experiment: experiment_lib.Experiment) -> None:
@@ -39,7 +39,7 @@ def guard(workdir: str, experiment: experiment_lib.Experiment) -> None:
   """Refuses a workdir that holds a run of a different config, or one an older trainer wrote;
   records the resolved config (in the config's layout: vmoe/experiment.py parses it back)
   otherwise."""
-  path = os.path.join(workdir, run_protocol.CONFIG_FILE)
+  path = os.path.join(workdir, run_outputs.CONFIG_FILE)
   current = experiment.to_dict()
   if not os.path.exists(path):
     if jax.process_index() == 0:
