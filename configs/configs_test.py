@@ -1,10 +1,12 @@
 """Every config file loads, parses into its typed sections and builds its model abstractly; bad
 configs fail early naming the key to change; a paper config's CPU mode really trains."""
+import ast
 import glob
 import importlib.util
 import json
 import math
 import os
+import re
 
 from absl import flags
 import jax
@@ -15,6 +17,7 @@ import pytest
 
 from configs import common
 from data import imagenet21k_splits
+from results import paper
 from vmoe import experiment as experiment_lib
 from vmoe import run_outputs
 from vmoe import trainer
@@ -68,12 +71,35 @@ def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
   assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())
 
 
+ARCH_OF_FILE = {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}
+# A docstring's line of the paper's cell at one capacity: c (k for token choice) and its numbers.
+CELL_LINE = re.compile(r'^  ([ck])=(\d): (?:JFT prec@1 ([\d.]+)%, ([\d.]+) TPUv3-days; '
+                       r'ImageNet 10-shot ([\d.]+)%\.|not reported.*)$', re.MULTILINE)
+
+
+@pytest.mark.parametrize('name', PAPER_FILES)
+def test_paper_config_docstring_quotes_the_papers_cells(name):
+  with open(os.path.join(CONFIG_DIR, f'{name}.py'), encoding='utf-8') as f:
+    docstring = ast.get_docstring(ast.parse(f.read()))
+  arch, router = ARCH_OF_FILE[name[:3]], name[4:]
+  jft_table, fewshot_table = paper.SOURCES[arch]
+  assert (f'({jft_table}: JFT-300M prec@1, training TPUv3-days; {fewshot_table}: ImageNet 10-shot)'
+          in docstring)
+  cells = CELL_LINE.findall(docstring)
+  assert [int(c) for _, c, *_ in cells] == list(paper.CAPACITIES)
+  for letter, capacity, prec1, days, fewshot in cells:
+    assert letter == ('k' if router in paper.TOKEN_CHOICE else 'c')
+    cell = paper.lookup(arch, router, int(capacity))
+    quoted = tuple(float(v) if v else None for v in (prec1, days, fewshot))
+    assert quoted == (cell.jft_prec1, cell.tpuv3_days, cell.imagenet_10shot)
+
+
 @pytest.mark.parametrize('name', PAPER_FILES)
 def test_paper_config_validates_and_builds(name):
   config = load(name)
   parse(config)
   arch, router = name.split('_', 1)
-  assert config.model.variant == {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}[arch]
+  assert config.model.variant == ARCH_OF_FILE[arch]
   assert config.moe.router.name == router and config.moe.router.capacity_factor == 1
   assert config.config_arg == 'c=1,runlocal=False'
   params = build_abstract(config)

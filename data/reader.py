@@ -19,9 +19,9 @@ CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
 # thread that an iterator's destructor joins, and that thread can sit out its optimisation period
 # before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
-# Python thread, asynchronous checkpoint saves included (the runs and gdb trace are in commit
-# 565cd61's message; vmoe/checkpointing_test.py's fifty-saves test guards it). Eval iterators are
-# dropped mid-run too. bench/results/input_pipeline.json holds the throughput with this setting.
+# Python thread, asynchronous checkpoint saves included (vmoe/checkpointing_test.py's fifty-saves
+# test guards it). Eval iterators are dropped mid-run too. bench/results/input_pipeline.json holds
+# the throughput with this setting.
 PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
 
 

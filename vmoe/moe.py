@@ -225,8 +225,8 @@ class Experts(nn.Module):
     wo = self.param('wo', kernel_init, (self.num_experts, self.mlp_dim, dim))
     bo = self.param('bo', bias_init, (self.num_experts, dim))
     # One (G*C, D) matrix per expert: XLA:CPU runs these batched matmuls faster than with G and C
-    # as separate axes (commit 5222a52 has the measurement at B/32's shape). G is the major half
-    # of the merged axis, so its 'data' sharding carries over.
+    # as separate axes. G is the major half of the merged axis, so its 'data' sharding carries
+    # over.
     num_experts, num_groups, capacity, _ = buffers.shape
     tokens = buffers.reshape(num_experts, num_groups * capacity, dim).astype(self.dtype)
     wi, bi, wo, bo = (p.astype(self.dtype) for p in (wi, bi, wo, bo))
