@@ -58,15 +58,14 @@ def main(argv):
   # the config file's are fitted to the devices (vmoe/experiment.py).
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   experiment = experiment_lib.parse(_CONFIG.value, fixed=set(overrides))
-  # So do the workdir's checks; the data's need TensorFlow (trainer.train_and_evaluate's stage 1,
-  # in two parts).
+  # So do the workdir's checks (the trainer's stage 1 claims it again, idempotently, then checks
+  # the data, which needs TensorFlow).
   workdir_lib.claim(_WORKDIR.value, experiment)
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top
   config_file = flags.FLAGS['config'].config_filename.partition(':')[0]
-  trainer.check_data(experiment)
-  trainer.train_claimed(experiment, _WORKDIR.value, config_file)
+  trainer.train_and_evaluate(experiment, _WORKDIR.value, config_file)
 
 
 if __name__ == '__main__':

@@ -1,7 +1,10 @@
-"""train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost.
+"""train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost; main.py and
+the tests enter the trainer through it alone.
 
 The experiment is a config parsed once into typed sections (vmoe/experiment.py, at main.py's
-start). Stages: (1) data and workdir checks before anything compiles, (2) the training program
+start). Stages: (1) the workdir's checks, then the data's, before anything compiles (main.py
+claims the workdir before importing this module too, so that a bad one fails before TensorFlow
+loads; a claim is idempotent), (2) the training program
 (vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
 (4) compile the step and account its cost, (5) the loop: a step, then what is due after it: log,
 save a checkpoint, evaluate (vmoe/loop_actions.py), (6) summary.json
@@ -55,32 +58,19 @@ def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rn
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
                        config_file: str = '') -> run_outputs.RunSummary:
   """Trains `experiment` (vmoe/experiment.py parse) in `workdir`, resuming if it holds
-  checkpoints, and returns its summary; config_file is recorded in it."""
-  # 1. Checks of the data and the workdir before anything compiles (the config was checked when
-  # parsed).
-  check_data(experiment)
+  checkpoints, and returns its summary; config_file is recorded in it. Ctrl-C or SIGTERM stops
+  the run at a safe point (the module docstring)."""
+  # 1. The workdir's checks, then the data's (a UserError that says how to get a missing set),
+  # before anything compiles; the config was checked when parsed.
   workdir_lib.claim(workdir, experiment)
-  return train_claimed(experiment, workdir, config_file)
-
-
-def check_data(experiment: experiment_lib.Experiment) -> None:
-  """Stage 1's data checks: the training, evaluation and few-shot sets are there to read (a
-  UserError that says how to get them, if not)."""
   sources.check_available(experiment.data)
   train_evals.check_available(experiment.data, experiment.fewshot)
-
-
-def train_claimed(experiment: experiment_lib.Experiment, workdir: str,
-                  config_file: str = '') -> run_outputs.RunSummary:
-  """Stages 2 to 6, once stage 1 has run: `workdir` claimed for `experiment` (workdir.claim),
-  its data checked (check_data). main.py runs stage 1 in that order too: the workdir's checks
-  before the trainer's imports, the data's after. Ctrl-C or SIGTERM stops at a safe point."""
   with preemption.StopAgreement() as stop:
-    return train(experiment, workdir, config_file, stop)
+    return _train(experiment, workdir, config_file, stop)
 
 
-def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
-          stop: preemption.StopAgreement) -> run_outputs.RunSummary:
+def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
+           stop: preemption.StopAgreement) -> run_outputs.RunSummary:
   """Stages 2 to 6 of train_and_evaluate (the module docstring), stopping where `stop` says."""
   e = experiment
   # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
