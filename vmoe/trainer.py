@@ -29,6 +29,7 @@ from base import atomic
 from base import errors
 from data import pipeline
 from data import sources
+from evaluation import fewshot
 from vmoe import checkpointing
 from vmoe import console
 from vmoe import experiment as experiment_lib
@@ -91,9 +92,9 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   compiled_step = program.compile()
   cost = {'compile_seconds': time.perf_counter() - start,
           'flops_per_step': flops.compiled_flops(compiled_step), 'num_params': program.num_params()}
-  evaluator = sharding.with_mesh(train_evals.make_evaluator(
+  evaluator = train_evals.Evaluator(
       program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss, safe_point=stop.check), program.mesh)
+      loss=e.loss, num_steps=e.num_train_steps, safe_point=stop.check)
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.', cost['num_params'],
                cost['flops_per_step'], cost['compile_seconds'])
   parameter_overview.log_parameter_overview(program.abstract_state.params, include_stats=False)
@@ -107,7 +108,7 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
       e, workdir, program, train_iter, manager, writer, evaluator, record,
       loop_actions.TrainClock(record.train_seconds),
       observability.Progress(first_step, e.num_train_steps), last_saved=first_step)
-  evaluation_owed = first_step in run.evaluation_steps and not record.evaluated(first_step)
+  evaluation_owed = evaluator.schedule.due(first_step) and not record.evaluated(first_step)
   try:
     if evaluation_owed:
       run.evaluate(first_step, state=state)
@@ -142,8 +143,8 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       softmax_combine=True if router is None else router.softmax_combine, seed=e.seed,
       dataset=e.data.name, steps=e.num_train_steps, num_params=num_params,
       upstream_prec1=final.get('upstream/prec@1'),
-      fewshot=train_evals.fewshot_table(final, 'best_l2'),
-      fewshot_cv=train_evals.fewshot_table(final, 'cv'),
+      fewshot=fewshot.summary_table(final, 'best_l2'),
+      fewshot_cv=fewshot.summary_table(final, 'cv'),
       train_device_seconds=train_seconds * jax.device_count(),
       device_kind=jax.devices()[0].device_kind, num_devices=jax.device_count(),
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
