@@ -66,12 +66,13 @@ fashion-mnist:
 	  echo "apt-get not available: Fashion-MNIST will come from TFDS's fashion_mnist download instead"; \
 	fi
 
-# Two pytest workers (pytest-xdist), one per core of the 2-core machine CI runs on; the embedded
-# data sets are prepared first so that the workers do not race to prepare them. loadgroup keeps
-# the tests that share a result computed in process (pytest.mark.xdist_group) on one worker.
+# pytest-xdist workers: one per usable core, as many as the memory holds, 2 under CI
+# (testing/workers.py); the embedded data sets are prepared first so that the workers do not race
+# to prepare them. loadgroup keeps the tests that share a result computed in process
+# (pytest.mark.xdist_group) on one worker.
 test: install
 	$(PY) -m data.prepare embedded
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n $$($(PY) -m testing.workers) --dist loadgroup
 
 bench: install
 	$(PY) -m bench.moe_layer --groups 16 --out bench/results/moe_layer.json

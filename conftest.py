@@ -12,11 +12,11 @@ that the first compile wrote, under the same flags (part of the cache key), so r
 compares bit for bit stay comparable. Every entry is kept (no minimum compile time): under the
 fast-compile flags most programs compile in under the default second.
 
-The `hard_deadline` fixture is base/watchdog.py's backstop for tests of background threads;
+The `hard_deadline` fixture is testing/watchdog.py's backstop for tests of background threads;
 `once_per_session` shares a costly result among the session's pytest-xdist workers;
 `tiny_experiment` builds configs/tiny.py's record for the end-to-end tests under vmoe/, which do
 not import configs/ (imports go configs -> vmoe, never back). `pytest --cpu-report=FILE`
-(base/cpu_report_testutil.py) writes what each test costs in CPU, its subprocesses included.
+(testing/cpu_report.py) writes what each test costs in CPU, its subprocesses included.
 """
 import fcntl
 import functools
@@ -30,9 +30,9 @@ import pytest
 
 from base import atomic
 from base import fast_compile
-from base import watchdog
+from testing import watchdog
 
-pytest_plugins = ('base.cpu_report_testutil',)     # pytest --cpu-report=FILE
+pytest_plugins = ('testing.cpu_report',)     # pytest --cpu-report=FILE
 os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {fast_compile.as_xla_flags()}'.strip()
 _STDERR = []   # A copy of the session's real stderr, made before pytest captures it.
 # The session's compilation cache: made by the process pytest started, before any jax import;

@@ -74,8 +74,7 @@ def main(argv):
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
     from vmoe import trainer  # pylint: disable=g-import-not-at-top
   config_file = flags.FLAGS['config'].config_filename.partition(':')[0]
-  trainer.check_data(experiment)
-  trainer.train_claimed(experiment, _WORKDIR.value, config_file)
+  trainer.train_and_evaluate(experiment, _WORKDIR.value, config_file)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,7 @@ import pytest
 
 from base import atomic
 from base import errors
-from base import full_disk_testutil as full_disk
+from testing import full_disk
 
 
 def test_write_json_round_trips_and_leaves_no_temporary_files(tmp_path):

@@ -4,7 +4,7 @@ import errno
 import pytest
 
 from base import errors
-from base import full_disk_testutil as full_disk
+from testing import full_disk
 
 
 def test_a_full_disk_is_recognised_through_the_chain_and_in_tensorstore_text():

@@ -1,9 +1,9 @@
 """XLA:CPU settings that compile fast and run slower: for tests and for the memory plan.
 
-Without LLVM optimisation and the fusion emitters XLA:CPU compiles small functions 5-10x faster
-(a small MoE layer's init: 2.4-3.8 s -> 0.3-0.4 s) while the compiled code runs about 2.5x slower
-(the tiny training step: 33 -> 81 ms), and assigns the same buffers (B/32 on 32 devices: identical
-memory_analysis), so memory plans made under them hold. Timings (bench/) must not use them.
+Without LLVM optimisation and the fusion emitters XLA:CPU compiles small functions several times
+faster while the compiled code runs slower, and it assigns the same buffers (the same
+memory_analysis), so memory plans made under these settings hold. Timings (bench/) must not use
+them.
 
 XLA:CPU also splits a module's generated code into pieces that threads compile in parallel; here it
 compiles in one piece, which saves the split's own CPU where the cores are busy anyway (two pytest

@@ -12,7 +12,7 @@ each router's forward+backward by the baselines', and by the dense MLP's scaled 
 dispatch and combine included).
 
 --expert-shards N times one device of a mesh of N expert devices: it routes its own groups over
-all E experts, then runs its E / N experts on N devices' slots (ComposedMoe, ExpertShard); the
+all E experts, then runs its E / N experts on N devices' slots (sharded_layer, ExpertShard); the
 all-to-all is a local transpose of the same bytes, not timed.
 """
 import argparse
@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from base import atomic
+from bench import step
 from bench import timing
 from configs import common
 from vmoe import flops
@@ -33,7 +34,6 @@ from vmoe.routing import allocation
 from vmoe.routing import router as router_lib
 
 BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
-SOFT = 'soft_moe'
 IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images.
 # Tokens of a routing group at 224 px: 8 images of (224 / patch)^2 patches + the class token.
 GROUP_SIZES = (IMAGES_PER_GROUP * (7 * 7 + 1), IMAGES_PER_GROUP * (14 * 14 + 1))   # B/32, B/16.
@@ -64,38 +64,23 @@ def round_robin(num_groups: int, num_tokens: int, num_experts: int) -> router_li
   return router_lib.SparseRouting(slot_token, jnp.ones(slot_token.shape, jnp.float32))
 
 
-class ComposedMoe(nn.Module):
-  """moe.MoeMlp's layer with index dispatch, composed of the library's pieces (router, dispatch,
-  combine) around one device's experts of an expert-sharded mesh (ExpertShard); router None
-  routes round robin. At shards = 1 it computes what MoeMlp computes (moe_layer_test)."""
+class RoundRobin(nn.Module):
+  """A router for moe.MoeMlp without parameters: groups (G, S, D) -> (round_robin's routing, no
+  auxiliary loss)."""
   num_experts: int
-  mlp_dim: int
-  router: router_lib.RouterConfig | None
-  shards: int = 1
-  dispatch_dtype: Any = jnp.float32
 
-  @nn.compact
   def __call__(self, x, *, train):
-    images, tokens_per_image, dim = x.shape
-    per_group = (IMAGES_PER_GROUP if self.router is None else
-                 moe.images_per_routing_group(self.router, IMAGES_PER_GROUP))
-    groups = x.reshape(images // per_group, per_group * tokens_per_image, dim)
-    if self.router is None:
-      route, aux_loss = round_robin(*groups.shape[:2], self.num_experts), 0.0
-    else:
-      route, metrics = router_lib.Router(self.router, self.num_experts, name='router')(
-          groups, train=train)
-      aux_loss = metrics['aux_loss']
-    experts = ExpertShard(self.num_experts // self.shards, self.mlp_dim, shards=self.shards,
-                          output_dtype=self.dispatch_dtype, name='experts')
-    tokens = groups.astype(self.dispatch_dtype)
-    if isinstance(route, router_lib.DenseRouting):
-      outputs = experts(moe.dispatch_dense(tokens, route.dispatch), train=train)
-      y = moe.combine_dense(outputs, route.combine)
-    else:
-      outputs = experts(moe.dispatch_by_index(tokens, route.slot_token), train=train)
-      y = moe.combine_by_index(outputs, route.slot_token, route.slot_weight, groups.shape[1])
-    return y.reshape(x.shape).astype(x.dtype), {'aux_loss': aux_loss}
+    del train
+    return round_robin(*x.shape[:2], self.num_experts), {'aux_loss': jnp.zeros((), jnp.float32)}
+
+
+def sharded_layer(router: nn.Module, images_per_group: int, num_experts: int, mlp_dim: int,
+                  shards: int, dispatch_dtype=jnp.float32) -> moe.MoeMlp:
+  """moe.MoeMlp around one device's experts of a mesh of `shards` expert devices (ExpertShard),
+  `router` routing over all `num_experts`; at shards = 1 it is the library's layer
+  (moe_layer_test)."""
+  experts = ExpertShard(num_experts // shards, mlp_dim, shards=shards, output_dtype=dispatch_dtype)
+  return moe.MoeMlp(router, experts, images_per_group, dispatch_dtype=dispatch_dtype)
 
 
 class DenseMlp(moe.Experts):
@@ -137,7 +122,7 @@ def expert_tokens(args) -> int:
   if args.router == 'round_robin':
     return args.groups * args.experts * allocation.compute_capacity(
         args.group_size, args.experts, 1)
-  config = router_config(SOFT if args.router == 'soft_moe_experts' else args.router,
+  config = router_config(step.SOFT_MOE if args.router == 'soft_moe_experts' else args.router,
                          args.capacity, args.experts)
   images = moe.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
   tokens = args.group_size // IMAGES_PER_GROUP * images
@@ -146,7 +131,8 @@ def expert_tokens(args) -> int:
 
 
 def layer(args) -> nn.Module:
-  """The module of one row: a baseline, moe.MoeMlp, or ComposedMoe on an expert-sharded mesh."""
+  """The module of one row: a baseline, or moe.MoeMlp (around ExpertShard on an expert-sharded
+  mesh)."""
   mlp_dim, shards = args.mlp_dim or 4 * args.dim, args.expert_shards
   if args.router == 'dense_mlp':
     return DenseMlp(1, mlp_dim)
@@ -154,13 +140,15 @@ def layer(args) -> nn.Module:
     slots = expert_tokens(args) // (args.groups * IMAGES_PER_GROUP * args.experts)
     return SoftMoeExperts(args.experts, mlp_dim, slots, shards)
   if args.router == 'round_robin':
-    return ComposedMoe(args.experts, mlp_dim, None, shards)
+    return sharded_layer(RoundRobin(args.experts), IMAGES_PER_GROUP, args.experts, mlp_dim, shards)
   config = router_config(args.router, args.capacity, args.experts)
   dtype = moe.buffer_dtype(jnp.float32, args.dispatch_dtype)
   if shards > 1:
-    return ComposedMoe(args.experts, mlp_dim, config, shards, dtype)
-  return moe.MoeMlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
-                    dispatch_dtype=dtype)
+    return sharded_layer(router_lib.Router(config, args.experts),
+                         moe.images_per_routing_group(config, IMAGES_PER_GROUP), args.experts,
+                         mlp_dim, shards, dtype)
+  return moe.moe_mlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
+                     dispatch_dtype=dtype)
 
 
 class CompiledRow(NamedTuple):
@@ -240,7 +228,7 @@ def ratios(rows: list) -> list:
       xla_ratio = row['xla_flops'] / dense['xla_flops']
       found['xla_flops_ratio'] = round(xla_ratio, 3)
       found['vs_xla_flops_scaled_dense'] = round(ms(name) / (ms('dense_mlp') * xla_ratio), 3)
-      if name == SOFT and 'soft_moe_experts' in at:
+      if name == step.SOFT_MOE and 'soft_moe_experts' in at:
         found['vs_own_experts'] = round(ms(name) / ms('soft_moe_experts'), 3)
         found['own_experts_vs_flops_scaled_dense'] = round(
             ms('soft_moe_experts') / (ms('dense_mlp') * flops_ratio), 3)
@@ -251,7 +239,7 @@ def ratios(rows: list) -> list:
 def grid_rows(args, group_size: int, capacity: float) -> list:
   """The rows of one shape and capacity: each of --routers, then the baselines (soft_moe_experts
   only beside soft_moe)."""
-  baselines = [b for b in BASELINES if b != 'soft_moe_experts' or SOFT in args.routers]
+  baselines = [b for b in BASELINES if b != 'soft_moe_experts' or step.SOFT_MOE in args.routers]
   return [argparse.Namespace(**{**vars(args), 'router': name, 'group_size': group_size,
                                 'capacity': capacity}) for name in args.routers + baselines]
 

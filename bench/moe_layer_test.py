@@ -145,20 +145,22 @@ def test_expert_shard_runs_local_experts_on_every_devices_groups():
 @pytest.mark.parametrize('name, dispatch_dtype', [
     *((name, jnp.float32) for name in router_lib.PAPER_ROUTERS),
     ('softmax_tc', jnp.bfloat16), ('soft_moe', jnp.bfloat16)])   # Index and dense dispatch.
-def test_composed_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
-  # Same parameters, same router noise: ComposedMoe at shards = 1 runs moe.MoeMlp's arithmetic
+def test_sharded_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
+  # Same parameters, same router noise: ExpertShard at shards = 1 runs moe.Experts' arithmetic
   # (the relayout moves bytes only), so outputs and auxiliary losses match exactly.
   config = moe_layer.router_config(name, 1.0, 4)
   x = jax.random.normal(jax.random.PRNGKey(0), (16, 6, 8))      # 2 groups of 8 images.
-  library = moe.MoeMlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
-  composed = moe_layer.ComposedMoe(4, 16, config, dispatch_dtype=dispatch_dtype)
+  library = moe.moe_mlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
+  sharded = moe_layer.sharded_layer(router_lib.Router(config, 4),
+                                     moe.images_per_routing_group(config, 8), 4, 16, shards=1,
+                                     dispatch_dtype=dispatch_dtype)
   rngs = {'gating': jax.random.PRNGKey(2)}
 
   @jax.jit   # The init and both layers in one program: one compilation, not one per operation.
   def both_layers():
     params = library.init(jax.random.PRNGKey(1), x, train=False)
     return (library.apply(params, x, train=True, rngs=rngs),
-            composed.apply(params, x, train=True, rngs=rngs))
+            sharded.apply(params, x, train=True, rngs=rngs))
   (expected, metrics), (got, aux) = both_layers()
   np.testing.assert_array_equal(got, expected)
   assert float(aux['aux_loss']) == float(metrics['aux_loss'])

@@ -24,11 +24,12 @@ from bench import step
 from bench import timing
 from configs import common
 from results import paper
+from vmoe.routing import names as router_names
 
 ARCHS = paper.ARCHS
-ROUTERS = (step.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT)
+ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
 DTYPES = ('float32', 'bfloat16')
-TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT: ('vs_flops_scaled_dense', 1.1)}
+TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
 CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
 
 
@@ -38,7 +39,8 @@ def paper_config(arch: str, router: str, dtype: str, per_device_batch: int, num_
   the configs' mesh, with `overrides` ({'dotted.key': value}, as --config.dotted.key=value) last."""
   return common.override(common.get_paper_config(arch, router, 'c=1'), {
       'batch_size': per_device_batch * jax.device_count(), 'model.dtype': dtype,
-      'model.remat': remat, **({} if router == step.DENSE else {'moe.num_experts': num_experts}),
+      'model.remat': remat,
+      **({} if router == router_names.DENSE else {'moe.num_experts': num_experts}),
       **(overrides or {})})
 
 

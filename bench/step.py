@@ -20,9 +20,9 @@ from vmoe import flops
 from vmoe import sharding
 from vmoe import train_program
 from vmoe import train_step as train_lib
+from vmoe.routing import names as router_names
 
-DENSE = common.DENSE
-SOFT = 'soft_moe'
+SOFT_MOE = 'soft_moe'   # The router with a target of its own (`add_ratios`).
 
 
 class Stepper:
@@ -41,7 +41,7 @@ class Stepper:
     router, memory = e.moe.router, self.compiled.memory_analysis()
     per_device_batch = e.batch_size // jax.device_count()
     self.fields = {
-        'arch': e.model.variant, 'router': router.name if router else DENSE,
+        'arch': e.model.variant, 'router': router.name if router else router_names.DENSE,
         'capacity': router.capacity_factor if router else None,
         'softmax_combine': router.softmax_combine if router else True, 'dtype': e.model.dtype,
         'dispatch_dtype': e.moe.dispatch_dtype if router else None,
@@ -108,25 +108,25 @@ def measure(steppers: list, rounds: int, steps: int, warmup: int) -> list[dict]:
 
 def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
   """Each MoE row with its step and FLOPs over the dense row of the same arch, dtype and batch
-  (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT] for Soft MoE,
-  targets['sparse'] for the others, each a (ratio's name, bound)."""
+  (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT_MOE] for Soft
+  MoE, targets['sparse'] for the others, each a (ratio's name, bound)."""
   key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'])
-  dense = {key(r): r for r in rows if r['router'] == DENSE}
+  dense = {key(r): r for r in rows if r['router'] == router_names.DENSE}
   out = []
   for r in rows:
     base = dense.get(key(r))
-    if r['router'] == DENSE or base is None:
+    if r['router'] == router_names.DENSE or base is None:
       out.append(r)
       continue
     extra = {'vs_dense': round(r['step_ms'] / base['step_ms'], 3),
              'flops_vs_dense': round(r['flops_per_image'] / base['flops_per_image'], 3)}
-    if r['router'] == SOFT:
+    if r['router'] == SOFT_MOE:
       extra['vs_flops_scaled_dense'] = round(extra['vs_dense'] / extra['flops_vs_dense'], 3)
     if r['step_ms'] > base['step_ms']:
       # How much of the MoE step's extra time its optimizer update's extra time explains.
       extra['update_share_of_extra'] = round(
           (r['update_ms'] - base['update_ms']) / (r['step_ms'] - base['step_ms']), 3)
-    name, bound = targets[SOFT if r['router'] == SOFT else 'sparse']
+    name, bound = targets[SOFT_MOE if r['router'] == SOFT_MOE else 'sparse']
     paper_row = r['capacity'] == 1 and r['softmax_combine']
     extra['target'] = {name: bound} if paper_row else None
     extra['meets_target'] = extra[name] <= bound if paper_row else None

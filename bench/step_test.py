@@ -5,7 +5,7 @@ import pytest
 
 from bench import step
 
-TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT: ('vs_flops_scaled_dense', 1.1)}
+TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
 
 
 class CountingStepper:

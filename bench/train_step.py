@@ -22,10 +22,11 @@ from bench import step
 from bench import timing
 from configs import tiny
 from launch import sweep
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
-TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT: ('vs_dense', 1.2)}
+TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT_MOE: ('vs_dense', 1.2)}
 
 
 def tiny_config(router: str, capacity: float, softmax_combine: bool = True):
@@ -38,7 +39,7 @@ def tiny_config(router: str, capacity: float, softmax_combine: bool = True):
 
 def run_grid(args) -> dict:
   """Dense, every router at every capacity and the ablation, timed in one process."""
-  models = [(step.DENSE, 1.0)] + [(r, c) for c in args.capacities for r in args.routers]
+  models = [(router_names.DENSE, 1.0)] + [(r, c) for c in args.capacities for r in args.routers]
   models += [(ABLATION_ROUTER, c, False) for c in args.capacities if args.ablation]
   steppers = [step.Stepper(tiny_config(*model)) for model in models]
   rows = step.add_ratios(step.measure(steppers, args.rounds, args.steps, args.warmup), TARGETS)

@@ -5,8 +5,7 @@ The paper's cells (Table 2: JFT-300M prec@1, training TPUv3-days; Table 5: Image
   c=2: JFT prec@1 50.53%, 148.47 TPUv3-days; ImageNet 10-shot 73.26%.
 Pretraining here follows V-MoE's ImageNet-21k recipe instead of the private JFT-300M (see
 configs/common.py), so upstream accuracy is not comparable; the 10-shot numbers and the ranking of
-routers are the targets. Runtime of this recipe: not measured yet (the paper's TPUv3-days above
-are for JFT).
+routers are the targets. The TPUv3-days above are the paper's, for JFT.
 
   python main.py --config=configs/b16_soft_moe.py --workdir=runs/b16_soft_moe_c1
   python main.py --config=configs/b16_soft_moe.py:c=2 --workdir=runs/b16_soft_moe_c2

@@ -31,6 +31,7 @@ from vmoe import optim
 from vmoe import sharding
 from vmoe import vit
 from vmoe.routing import registry
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
@@ -49,8 +50,6 @@ PAPER_BATCH_SIZE = 4096           # V-MoE pretrain_imagenet21k.py: dataset.train
 # Peak learning rate per model size of the paper's architectures (results/paper.py ARCHS): V-MoE
 # common.get_optimizer_config ('B', 32), ('B', 16): 8e-4; ('L', 16): 4e-4.
 PEAK_LR = {'B': 8e-4, 'L': 4e-4}
-
-DENSE = experiment_lib.DENSE   # moe_config(DENSE, ...): no MoE layers (moe.num_experts = 0).
 
 
 def parse_arg(arg: str | None, **spec) -> mlc.ConfigDict:
@@ -115,22 +114,22 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
   defaults of moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index,
   experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better),
   C = round(c T / E) with halves to even, and the sparsity solver's steps and start for this c
-  (router.sparsity_solver_defaults). router=DENSE gives a dense ViT (num_experts=0; its router
+  (router.sparsity_solver_defaults). router='dense' gives a dense ViT (num_experts=0; its router
   block is ignored). docs/fidelity.md traces every value.
 
   capacity: c (k for token choice), one of the paper's (results/paper.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
   router_module: the module that registers a router of the user's own (docs/routers.md).
   """
-  if router != DENSE and capacity not in paper.CAPACITIES:
+  if router != router_names.DENSE and capacity not in paper.CAPACITIES:
     raise errors.UserError(f'capacity factor c={capacity:g} is not one of the paper\'s '
                            f'{paper.CAPACITIES}; use the config argument c=1 or c=2, or '
                            f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
                            'outside the paper\'s grid.')
-  name = router_lib.PAPER_ROUTERS[0] if router == DENSE else router
+  name = router_lib.PAPER_ROUTERS[0] if router == router_names.DENSE else router
   try:
     # A dense model's router block is ignored; it has the same keys, built as the first paper
-    # router's and named DENSE, so that --config.moe.router.KEY overrides work alike.
+    # router's and named 'dense', so that --config.moe.router.KEY overrides work alike.
     registry.import_router_module(router_module)
     router_config = router_lib.RouterConfig(
         name=name,
@@ -138,9 +137,10 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
         module=router_module, **registry.get(name).presets)
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
-    raise errors.UserError(f'{e} (Or {DENSE!r}: the ViT without MoE layers.)') from None
+    raise errors.UserError(
+        f'{e} (Or {router_names.DENSE!r}: the ViT without MoE layers.)') from None
   config = experiment_lib.config_block(moe_lib.MoeConfig(
-      num_experts=0 if router == DENSE else num_experts,
+      num_experts=0 if router == router_names.DENSE else num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
       router=router_config))
   config.router.name = router

@@ -1,10 +1,12 @@
 """Every config file loads, parses into its typed sections and builds its model abstractly; bad
 configs fail early naming the key to change; a paper config's CPU mode really trains."""
+import ast
 import glob
 import importlib.util
 import json
 import math
 import os
+import re
 
 from absl import flags
 import jax
@@ -15,10 +17,12 @@ import pytest
 
 from configs import common
 from data import imagenet21k_splits
+from results import paper
 from vmoe import experiment as experiment_lib
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import trainer
 from vmoe import vit
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -75,10 +79,33 @@ def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
   routed = load(name.replace('dense', 'softmax_tc')).to_dict()
   differences = {k for k in config.to_dict() if config.to_dict()[k] != routed[k]}
   assert differences == {'moe'}     # Same recipe, data, model, evaluation and mesh.
-  assert config.moe.num_experts == 0 and config.moe.router.name == common.DENSE
-  assert parse(config).router_name == common.DENSE
+  assert config.moe.num_experts == 0 and config.moe.router.name == router_names.DENSE
+  assert parse(config).router_name == router_names.DENSE
   params = build_abstract(config)
   assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())
+
+
+ARCH_OF_FILE = {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}
+# A docstring's line of the paper's cell at one capacity: c (k for token choice) and its numbers.
+CELL_LINE = re.compile(r'^  ([ck])=(\d): (?:JFT prec@1 ([\d.]+)%, ([\d.]+) TPUv3-days; '
+                       r'ImageNet 10-shot ([\d.]+)%\.|not reported.*)$', re.MULTILINE)
+
+
+@pytest.mark.parametrize('name', PAPER_FILES)
+def test_paper_config_docstring_quotes_the_papers_cells(name):
+  with open(os.path.join(CONFIG_DIR, f'{name}.py'), encoding='utf-8') as f:
+    docstring = ast.get_docstring(ast.parse(f.read()))
+  arch, router = ARCH_OF_FILE[name[:3]], name[4:]
+  jft_table, fewshot_table = paper.SOURCES[arch]
+  assert (f'({jft_table}: JFT-300M prec@1, training TPUv3-days; {fewshot_table}: ImageNet 10-shot)'
+          in docstring)
+  cells = CELL_LINE.findall(docstring)
+  assert [int(c) for _, c, *_ in cells] == list(paper.CAPACITIES)
+  for letter, capacity, prec1, days, fewshot in cells:
+    assert letter == ('k' if router in paper.TOKEN_CHOICE else 'c')
+    cell = paper.lookup(arch, router, int(capacity))
+    quoted = tuple(float(v) if v else None for v in (prec1, days, fewshot))
+    assert quoted == (cell.jft_prec1, cell.tpuv3_days, cell.imagenet_10shot)
 
 
 @pytest.mark.parametrize('name', PAPER_FILES)
@@ -86,7 +113,7 @@ def test_paper_config_validates_and_builds(name):
   config = load(name)
   parse(config)
   arch, router = name.split('_', 1)
-  assert config.model.variant == {'b32': 'B/32', 'b16': 'B/16', 'l16': 'L/16'}[arch]
+  assert config.model.variant == ARCH_OF_FILE[arch]
   assert config.moe.router.name == router and config.moe.router.capacity_factor == 1
   assert config.config_arg == 'c=1,runlocal=False'
   params = build_abstract(config)
@@ -195,14 +222,14 @@ def test_router_presets_follow_the_reference(name):
     assert moe.router.noisy_combine == (router != 'sinkhorn_tc')
 
 
-@pytest.mark.parametrize('router', sorted(router_lib.ROUTERS) + [common.DENSE])
+@pytest.mark.parametrize('router', sorted(router_lib.ROUTERS) + [router_names.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):
     config = load('tiny', f'router={router},c={c}')
     parse(config)
     assert config.config_arg == f'router={router},c={c},runlocal=False'
     params = build_abstract(config)
-    assert ('moe' in params['block_01']) == (router != common.DENSE)
+    assert ('moe' in params['block_01']) == (router != router_names.DENSE)
     assert 'mlp' in params['block_00'] and 'mlp' in params['block_02']
   local = load('tiny', f'router={router},runlocal=True')
   parse(local)
@@ -400,5 +427,5 @@ def test_paper_config_runlocal_trains_on_embedded_data(tmp_path):
   summary = trainer.train_and_evaluate(parsed, str(tmp_path), 'configs/b32_softmax_tc.py')
   assert summary.steps == 2 and summary.arch == 'mu/32' and summary.router == 'softmax_tc'
   assert summary.upstream_prec1 is not None and set(summary.fewshot) == {'digits'}
-  assert (tmp_path / run_protocol.SUMMARY_FILE).exists()
+  assert (tmp_path / run_outputs.SUMMARY_FILE).exists()
   assert summary.resolved_config == parsed.to_dict()

@@ -5,8 +5,7 @@ The paper's cells (Table 3: JFT-300M prec@1, training TPUv3-days; Table 6: Image
   k=2: JFT prec@1 58.05%, 1023.92 TPUv3-days; ImageNet 10-shot 78.00%.
 Pretraining here follows V-MoE's ImageNet-21k recipe instead of the private JFT-300M (see
 configs/common.py), so upstream accuracy is not comparable; the 10-shot numbers and the ranking of
-routers are the targets. Runtime of this recipe: not measured yet (the paper's TPUv3-days above
-are for JFT).
+routers are the targets. The TPUv3-days above are the paper's, for JFT.
 
   python main.py --config=configs/l16_softmax_tc.py --workdir=runs/l16_softmax_tc_k1
   python main.py --config=configs/l16_softmax_tc.py:c=2 --workdir=runs/l16_softmax_tc_k2

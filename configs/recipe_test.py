@@ -7,9 +7,11 @@ at the row of docs/fidelity.md to update.
 """
 import importlib
 
+import numpy as np
 import pytest
 
 from configs import common
+from data import orders
 
 ARCHS = ('b32', 'b16', 'l16')
 ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
@@ -111,3 +113,18 @@ def test_the_shared_recipe_is_the_one_common_builds():
                'moe.router.sparsity_warm_start', 'moe.router.sparsity_memory',
                'moe.router.noisy_combine'}
   assert leaves - elsewhere - set(SHARED_RECIPE) == set()
+
+
+def test_the_shuffle_buffer_shuffles_within_its_250_000_wide_window():
+  # data.shuffle_buffer = W as the pipeline uses it (data/orders.py EpochOrder): record i sorts by
+  # i + W u, u ~ U(0, 1). Away from the shard's ends (W <= i < N - W) its new position is about
+  # #{j: j + W u_j < i + W u_i} = i + W u_i - W / 2, so it moves W (u_i - 1/2), uniform on
+  # [-W/2, W/2]: mean |move| = W / 4 = 62,500. Over 500,000 such records that mean has a standard
+  # error of W sqrt(1/48) / sqrt(500,000) ~ 51 (and each position a counting noise of ~sqrt(W / 6)
+  # ~ 200 records), so 1% (625) holds it; a window of 245,000 or 255,000 (means 61,250, 63,750)
+  # falls outside.
+  window = common.get_paper_config('B/32', 'softmax_tc', None).data.shuffle_buffer
+  size = 1_000_000
+  order = orders.EpochOrder(0, size, seed=0, process_index=0, shuffle_buffer=window).epoch(0)
+  moved = (np.argsort(order) - np.arange(size))[250_000:size - 250_000]
+  assert abs(np.abs(moved).mean() - 62_500) < 625

@@ -22,11 +22,9 @@ end. Router presets (noise, balance losses, softmax combine) are the paper confi
 (configs/common.py: moe_config).
 
 Length and augmentation are the pilot's choice (results/tiny/pilot.md, regime long3000, by the rule
-of launch/pilot.py): the longest run that fits `make demo` (7 runs, two at a time, in 20 minutes),
-with the smallest seed spread (0.09 points); the recipe's augmentation scaled to 28x28 cost 7 points
-at this length, and E = 32 or 6000 steps did not lift MoE above dense either. MoE does not beat the
-dense model here (+0.09 +- 0.07 points). Step times per router: bench/results/train_step.json;
-what the study reached: results/tiny/.
+of launch/pilot.py): the longest run that fits `make demo` (7 runs, two at a time, in at most 20
+minutes) with the smallest seed spread; the pilot's report has the numbers that chose it. Step
+times per router: bench/results/train_step.json; what the study reached: results/tiny/.
 Few-shot: 10-shot linear transfer to scikit-learn digits and to Fashion-MNIST (test split).
 """
 import ml_collections as mlc

@@ -10,10 +10,10 @@ import numpy as np
 import tensorflow as tf
 
 from base import errors
+from data import no_autograph
 from data import ops
 from data import orders as orders_lib
 from data import reader as reader_lib
-from data import tracing
 
 PREFETCH = 2        # Batches prepared ahead of the consumer.
 
@@ -66,12 +66,12 @@ class Batches:
   def dataset(self, start_batch: int) -> tf.data.Dataset:
     """The tf.data pipeline of the batches from batch `start_batch` on."""
     begin = start_batch * self.batch_size
-    process = tracing.without_autograph(self._process())
+    process = no_autograph.without_autograph(self._process())
     ds = self.reader.examples(self.order.slots(begin)).map(
         process, num_parallel_calls=reader_lib.PARALLEL_CALLS)
     masks = self.order.masks(begin)
     if masks is not None:
-      with_mask = tracing.without_autograph(lambda ex, m: {**ex, 'mask': m})
+      with_mask = no_autograph.without_autograph(lambda ex, m: {**ex, 'mask': m})
       ds = tf.data.Dataset.zip(ds, masks).map(with_mask)
     # An endless order's batches are all full; a pass padded by orders.padded too. Only an
     # unpadded pass (split_cache's collection of a whole split) ends with a shorter one.

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from data import config as data_config
-from data.testdata import data_config as digits_config
+from testing.data import data_config as digits_config
 
 
 def test_the_source_identifies_the_records_not_the_splits_or_pp():

@@ -2,7 +2,7 @@
 import pytest
 
 from data import sources
-from data.testdata import data_config
+from testing.data import data_config
 
 
 @pytest.fixture(scope='session')

@@ -9,7 +9,7 @@ import pytest
 from data import embedded
 from data import pipeline
 from data import sources
-from data.testdata import data_config
+from testing.data import data_config
 
 
 def test_read_idx_hand_made(tmp_path):

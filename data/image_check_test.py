@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 
 from data import image_check
-from data.testdata import CONVERTIBLE
-from data.testdata import UNDECODABLE
-from data.testdata import encoded
-from data.testdata import jpeg
-from data.testdata import odd_images
+from testing.data import CONVERTIBLE
+from testing.data import UNDECODABLE
+from testing.data import encoded
+from testing.data import jpeg
+from testing.data import odd_images
 
 SIZE = (9, 7)
 

@@ -12,11 +12,11 @@ from data import imagenet21k_splits
 from data import pipeline
 from data import prepare
 from data import sources
-from data.testdata import CONVERTIBLE
-from data.testdata import UNDECODABLE
-from data.testdata import data_config
-from data.testdata import jpeg
-from data.testdata import odd_images
+from testing.data import CONVERTIBLE
+from testing.data import UNDECODABLE
+from testing.data import data_config
+from testing.data import jpeg
+from testing.data import odd_images
 
 # Listed out of order on purpose: labels must follow the sorted ids.
 SYNSETS = {'n00000300': 3, 'n00000100': 2, 'n00000200': 4}   # synset -> images

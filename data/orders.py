@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from data import tracing
+from data import no_autograph
 
 
 def host_range(num_examples: int, process_index: int, process_count: int) -> tuple[int, int]:
@@ -67,7 +67,7 @@ class EpochOrder:
       skip = tf.where(epoch == first_epoch, tf.constant(offset, tf.int64), 0)
       positions = epoch * self.size + tf.range(skip, self.size)
       return tf.data.Dataset.from_tensor_slices((positions, order[skip:]))
-    epoch_slots = tracing.without_autograph(epoch_slots)
+    epoch_slots = no_autograph.without_autograph(epoch_slots)
     return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch_slots)
 
   def masks(self, start: int) -> None:

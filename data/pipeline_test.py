@@ -12,8 +12,8 @@ from base import errors
 from data import config as data_config_lib
 from data import pipeline
 from data import sources
-from data.testdata import data_config
-from data.testdata import write_multilabel
+from testing.data import data_config
+from testing.data import write_multilabel
 
 AUGMENT = ('decode(channels=1)|inception_crop(8)|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
            'onehot(10)|keep("image", "labels")')
@@ -248,9 +248,9 @@ def checksums(batches) -> list[str]:
   return digests
 
 
-# What test_tiny_study_batches_are_unchanged computed with data/ as at commit a80acef (the last to
-# change data/ before data/pipeline.py was split into modules), run twice with the same result.
-# After a deliberate change of the data, run the test with -s: it prints what it gets.
+# What test_tiny_study_batches_are_unchanged computes for the tiny study's data (two runs, the same
+# digests): a refactoring of data/ must leave them. After a deliberate change of the data, run the
+# test with -s: it prints what it gets.
 TINY_STUDY_DIGESTS = {
     'train 0-2': ['d4738703a22b3137', '109960cbfb34baf5', '6e82ed4eddb79843'],
     'train 936-938': ['7c4715afef18ac19', '1fce13ea74930f01', '56ae115918a9e921'],

@@ -36,7 +36,7 @@ from data import orders
 from data import reader as reader_lib
 from data import records
 from data import sources
-from data import tracing
+from data import no_autograph
 
 
 def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
@@ -114,7 +114,7 @@ def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
   seed = tf.zeros([2], tf.int64)   # `decode` draws no randomness.
   decode = lambda example: ops.apply(reader.steps, example, seed)
   # The image's shape is the output: a decode whose result went unused could be pruned away.
-  decoded = tracing.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
+  decoded = no_autograph.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
   slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
   passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.PARALLEL_CALLS)
   ok = np.zeros(split_records.num_examples, bool)

@@ -9,8 +9,8 @@ from data import embedded
 from data import pipeline
 from data import prepare
 from data import sources
-from data.testdata import data_config
-from data.testdata import write_multilabel
+from testing.data import data_config
+from testing.data import write_multilabel
 
 
 def test_build_prepares_array_record(tmp_path, capsys):

@@ -12,16 +12,16 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from data import no_autograph
 from data import sources
-from data import tracing
 
 CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
 # thread that an iterator's destructor joins, and that thread can sit out its optimisation period
 # before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
-# Python thread, asynchronous checkpoint saves included (the runs and gdb trace are in commit
-# 565cd61's message; vmoe/checkpointing_test.py's fifty-saves test guards it). Eval iterators are
-# dropped mid-run too. bench/results/input_pipeline.json holds the throughput with this setting.
+# Python thread, asynchronous checkpoint saves included (vmoe/checkpointing_test.py's fifty-saves
+# test guards it). Eval iterators are dropped mid-run too. bench/results/input_pipeline.json holds
+# the throughput with this setting.
 PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
 
 
@@ -42,7 +42,7 @@ class Reader:
     """(position, index) int64 elements -> (position, example before `steps`) elements."""
     if self.cached is not None:
       arrays = {k: tf.constant(v) for k, v in self.cached.items()}
-      return slots.map(tracing.without_autograph(
+      return slots.map(no_autograph.without_autograph(
           lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()})))
 
     def fetch(indices):
@@ -51,8 +51,8 @@ class Reader:
     def read(t, i):
       serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
       return t, tf.ensure_shape(serialized, [None])
-    parse = tracing.without_autograph(lambda t, s: (t, self.records.parse(s)))
-    return slots.batch(CHUNK).map(tracing.without_autograph(read)).unbatch().map(
+    parse = no_autograph.without_autograph(lambda t, s: (t, self.records.parse(s)))
+    return slots.batch(CHUNK).map(no_autograph.without_autograph(read)).unbatch().map(
         parse, num_parallel_calls=PARALLEL_CALLS)
 
   def example(self, index: int) -> dict:

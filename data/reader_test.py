@@ -5,8 +5,8 @@ import tensorflow as tf
 from data import ops
 from data import reader as reader_lib
 from data import sources
-from data.testdata import data_config
-from data.testdata import write_multilabel
+from testing.data import data_config
+from testing.data import write_multilabel
 
 PP = 'decode|keep("key")'
 

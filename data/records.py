@@ -14,7 +14,7 @@ into this form (one call per file; `serialize_example` is one record, unchecked)
 
 Random access. ArrayRecord files index their records themselves. TFRecord files have no index, so
 `RecordFiles` builds one: it walks each file's record headers (8-byte length, 4-byte CRC), seeking
-over the payloads; that reads 16 bytes per record, about 1 s per million records on a local disk.
+over the payloads; that reads 16 bytes per record.
 Payload CRCs are not checked: a damaged record fails when parsed or decoded, and the pipeline then
 reports it with the `locate` text (file and record number).
 """

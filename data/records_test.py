@@ -7,11 +7,11 @@ import tensorflow as tf
 
 from data import image_check
 from data import records
-from data.testdata import CONVERTIBLE
-from data.testdata import UNDECODABLE
-from data.testdata import jpeg
-from data.testdata import odd_images
-from data.testdata import write_multilabel
+from testing.data import CONVERTIBLE
+from testing.data import UNDECODABLE
+from testing.data import jpeg
+from testing.data import odd_images
+from testing.data import write_multilabel
 
 
 @pytest.mark.parametrize('file_format', records.FILE_FORMATS)

@@ -155,8 +155,8 @@ class TfdsSource:
     return Records(
         description=f'{builder.name} split {split!r}',
         num_examples=len(source),
-        # Item by item: tfds.testing.mock_data's __getitems__ is unbound (TFDS 4.9.10), and local
-        # ArrayRecord reads cost ~10 us each, nothing beside decoding.
+        # Item by item: tfds.testing.mock_data's __getitems__ is unbound (TFDS 4.9.10), and a local
+        # ArrayRecord read costs little beside the decoding.
         read=lambda indices: [source[int(i)] for i in indices],
         parse=lambda serialized: features.deserialize_example(serialized, decoders=skip_image),
         locate=_tfds_locator(builder, spec),

@@ -7,8 +7,8 @@ import tensorflow_datasets as tfds
 
 from data import embedded
 from data import sources
-from data.testdata import data_config
-from data.testdata import write_multilabel
+from testing.data import data_config
+from testing.data import write_multilabel
 
 
 def replace(config, **changes):

@@ -5,9 +5,9 @@ import os
 import numpy as np
 
 from base import atomic
-from base import full_disk_testutil as full_disk
+from testing import full_disk
 from data import split_cache
-from data.testdata import data_config
+from testing.data import data_config
 
 DECODE = ('decode(channels=1)',)
 

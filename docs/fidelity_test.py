@@ -1,11 +1,14 @@
-"""docs/fidelity.md checks itself: every pytest node it names exists.
+"""docs/fidelity.md checks itself: every pytest node it names is a test that pytest collects.
 
-The table's last column names the tests that fail if a default changes, as `path::test_name`
-nodes (a `::test_name` after a full node in the same cell or deviation entry is a second test of
-that file). A renamed or moved test would leave the table pointing at nothing, so this test
-parses each named file with `ast` (it imports nothing) and fails on a node that defines no such
-test function; a parametrised test counts by its function name. A row whose pinning cell names
-no node must say "value none — not pinned", the table's only other form.
+The table's last column names the tests that fail if a default changes, as backticked
+`path::test_name` or `path::TestClass::test_name` nodes (a `::test_name` after a full node in the
+same cell or deviation entry is a second test of that file). A renamed or moved test would leave
+the table pointing at nothing, and a helper or library function would point at something that
+checks nothing, so this test parses each named file with `ast` (it imports nothing) and accepts
+only what pytest collects there under pytest.ini: a module-level `test_*` function, or a `test_*`
+method of a module-level `Test*` class, in a `*_test.py` file; a parametrised test counts by its
+function name. A node written without backticks fails too (the parser would skip it). A row whose
+pinning cell names no node must say "value none — not pinned", the table's only other form.
 """
 import ast
 import functools
@@ -14,8 +17,13 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / 'docs' / 'fidelity.md'
-# A backticked node: an optional path ending in .py, '::', a function name, an optional [id].
-NODE = re.compile(r'`(?P<path>[\w./-]+\.py)?::(?P<name>\w+)(?:\[[^\]`]*\])?`')
+# A backticked node: an optional path ending in .py, '::', an optional Test class and '::', a
+# function name, an optional [id].
+NODE = re.compile(
+    r'`(?P<path>[\w./-]+\.py)?::(?:(?P<cls>\w+)::)?(?P<name>\w+)(?:\[[^\]`]*\])?`')
+# A node outside backticks: what NODE would not see.
+BARE_NODE = re.compile(r'[\w./-]*\.py::[\w:]+')
+BACKTICKED = re.compile(r'`[^`]*`')
 NOT_PINNED = 'value none — not pinned'
 CELL_SEPARATOR = re.compile(r'(?<!\\)\|')       # The table escapes a '|' inside a cell as '\|'.
 
@@ -39,21 +47,32 @@ def units(text: str):
 
 
 def nodes(unit: str):
-  """The (path, name) nodes of one unit, each `::name` shorthand resolved against the full node
-  before it; a shorthand with none before it fails."""
+  """The (path, name) nodes of one unit, name 'Class::test' for a method, each `::name` shorthand
+  resolved against the full node before it; a shorthand with none before it fails."""
   path = None
   for match in NODE.finditer(unit):
     path = match['path'] or path
     assert path, f'{match[0]} has no file before it in: {unit[:120]}'
-    yield path, match['name']
+    yield path, f'{match["cls"]}::{match["name"]}' if match['cls'] else match['name']
+
+
+def is_test(name: str) -> bool:
+  return name.startswith('test_')
 
 
 @functools.cache
-def functions(path: str) -> frozenset:
-  """Names of the functions a test file defines, at module level or in a class."""
+def collected_tests(path: str) -> frozenset:
+  """The tests pytest collects from a test file: module-level `test_*` functions, and
+  'Class::method' for the `test_*` methods of module-level `Test*` classes."""
   tree = ast.parse((ROOT / path).read_text(), filename=path)
-  return frozenset(node.name for node in ast.walk(tree)
-                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+  tests = set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_test(node.name):
+      tests.add(node.name)
+    elif isinstance(node, ast.ClassDef) and node.name.startswith('Test'):
+      tests.update(f'{node.name}::{m.name}' for m in node.body
+                   if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_test(m.name))
+  return frozenset(tests)
 
 
 def table_rows(text: str):
@@ -64,15 +83,20 @@ def table_rows(text: str):
 
 
 def missing_nodes(text: str) -> list:
-  """Named nodes whose file does not exist or defines no such function, one message each."""
+  """Named nodes that are not collected tests (no such file, not a *_test.py file, no such test
+  in it), and nodes outside backticks, one message each."""
   missing = []
   for number, _, parts in units(text):
     for part in parts:
       for path, name in nodes(part):
-        if not (ROOT / path).is_file():
+        if not path.endswith('_test.py'):
+          missing.append(f'line {number}: {path} is not a test file (*_test.py)')
+        elif not (ROOT / path).is_file():
           missing.append(f'line {number}: {path} does not exist')
-        elif name not in functions(path):
-          missing.append(f'line {number}: {path} defines no {name}')
+        elif name not in collected_tests(path):
+          missing.append(f'line {number}: {path} has no collected test {name}')
+      missing.extend(f'line {number}: {bare} is not backticked, so it goes unchecked'
+                     for bare in BARE_NODE.findall(BACKTICKED.sub('', part)))
   return missing
 
 
@@ -114,7 +138,7 @@ def test_the_checks_catch_a_moved_test_and_an_unpinned_row():
       '| i | j | k | l | value none — not pinned |',
       '',
       '- **D1.** Pinned by `vmoe/moved_test.py::test_gone`.'])
-  assert missing_nodes(text) == [f'line 3: {this} defines no no_such_test',
+  assert missing_nodes(text) == [f'line 3: {this} has no collected test no_such_test',
                                  'line 7: vmoe/moved_test.py does not exist']
   assert unpinned_rows(text) == [
       f'line 4 (e): its pinning cell names no test node (`path::test_name`) and does not say '
@@ -137,3 +161,27 @@ def test_the_routers_after_the_paper_have_their_block():
   rows = [cells[0] for _, cells in table_rows(block)]
   for router in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc'):
     assert any(f'**{router}:**' in row for row in rows), router
+
+
+def test_only_collected_tests_count(tmp_path, monkeypatch):
+  # A helper in a test file, a method of a non-Test class, a function of a library file and a
+  # node without backticks each fail; a Test class's test method passes.
+  (tmp_path / 'x_test.py').write_text(
+      'def helper():\n  pass\n\n\ndef test_a():\n  def test_inner():\n    pass\n\n\n'
+      'class TestB:\n  def test_c(self):\n    pass\n\n\nclass Helper:\n  def test_d(self):\n'
+      '    pass\n')
+  (tmp_path / 'x.py').write_text('def test_e():\n  pass\n')
+  monkeypatch.setitem(globals(), 'ROOT', tmp_path)
+  collected_tests.cache_clear()
+  try:
+    assert collected_tests('x_test.py') == {'test_a', 'TestB::test_c'}
+    text = ('- `x_test.py::test_a`, `::TestB::test_c`, `::helper`, `::test_inner`, '
+            '`::Helper::test_d`, `x.py::test_e` and x_test.py::test_a.')
+    assert missing_nodes(text) == [
+        'line 1: x_test.py has no collected test helper',
+        'line 1: x_test.py has no collected test test_inner',
+        'line 1: x_test.py has no collected test Helper::test_d',
+        'line 1: x.py is not a test file (*_test.py)',
+        'line 1: x_test.py::test_a is not backticked, so it goes unchecked']
+  finally:
+    collected_tests.cache_clear()

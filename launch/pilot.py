@@ -28,7 +28,8 @@ from base import atomic
 from base import stats
 from launch import sweep
 from results import summaries
-from vmoe import run_protocol
+from vmoe import run_outputs
+from vmoe.routing import names as router_names
 
 MOE_ROUTER = 'softmax_tc'     # V-MoE's default router; fixed before the pilot ran.
 # The full study's grid on the tiny config: dense, 6 routers x 2 capacities, 2 ablation runs.
@@ -91,12 +92,12 @@ def run(regimes: Sequence[Regime], root: str, seeds: int, jobs: int, python: str
   """Trains dense and MOE_ROUTER (c = 1) for each regime and seed; resumable."""
   status = 0
   for regime in regimes:
-    routers = [MOE_ROUTER] if regime.dense_from else [sweep.DENSE, MOE_ROUTER]
+    routers = [MOE_ROUTER] if regime.dense_from else [router_names.DENSE, MOE_ROUTER]
     runs = sweep.make_grid('tiny', seeds, routers=routers, capacities=[1])
     command = lambda r, workdir: sweep.main_py_command(r, workdir, python) + regime.arguments()
     print(f'== regime {regime.name}: {regime.knobs}, {regime.steps} steps', flush=True)
     result = sweep.run_sweep(runs, os.path.join(root, regime.name), command, jobs=jobs)
-    if result == run_protocol.INTERRUPTED:
+    if result == run_outputs.INTERRUPTED:
       return result            # Ctrl-C or a stopped trainer: no further regime starts.
     status = max(status, result)
   return status
@@ -145,7 +146,7 @@ def rows(root: str) -> tuple[list[Row], list[str]]:
     if not os.path.isdir(os.path.join(root, name)):
       continue
     moe, moe_walls = _router_runs(root, name, MOE_ROUTER, problems)
-    dense, dense_walls = _router_runs(root, regime.dense_from or name, sweep.DENSE, problems)
+    dense, dense_walls = _router_runs(root, regime.dense_from or name, router_names.DENSE, problems)
     walls = moe_walls + dense_walls
     prec = lambda r: r.get('upstream_prec1')
     found.append(Row(regime, summaries.stat_of(dense, prec), summaries.stat_of(moe, prec),

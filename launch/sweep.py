@@ -44,13 +44,12 @@ from typing import Callable, Sequence, TextIO
 
 from base import atomic
 from results import paper
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe.routing import names as router_names
 
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
 # 'B/32' -> 'b32'), and configs/tiny.py.
 ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ('tiny',)
-DENSE = router_names.DENSE
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
@@ -74,7 +73,7 @@ class GridRun:
   @property
   def name(self) -> str:
     """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2', 'dense', 'dense_s1'."""
-    cell = DENSE if self.router == DENSE else f'{self.router}_c{self.capacity}'
+    cell = self.router if self.router == router_names.DENSE else f'{self.router}_c{self.capacity}'
     return (cell + ('' if self.softmax_combine else '_nosmc') +
             (f'_s{self.seed}' if self.seed else ''))
 
@@ -99,7 +98,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  others = [r for r in routers or () if r not in (DENSE,) + paper.ROUTERS]
+  others = [r for r in routers or () if r not in (router_names.DENSE,) + paper.ROUTERS]
   if others or router_module:
     _check_registered(others, router_module)
   unknown = sorted(set(capacities or ()) - set(paper.CAPACITIES))
@@ -108,7 +107,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
                      f'{", ".join(map(str, paper.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
-    runs.append(GridRun(arch, DENSE, None, seed))
+    runs.append(GridRun(arch, router_names.DENSE, None, seed))
     runs += [GridRun(arch, router, c, seed, router_module=router_module)
              for c in paper.CAPACITIES for router in paper.ROUTERS + tuple(others)]
     if include_ablation:
@@ -126,7 +125,7 @@ def _check_registered(routers: Sequence[str], router_module: str) -> None:
   registry.import_router_module(router_module)
   unknown = sorted(set(routers) - set(registry.ROUTERS))
   if unknown:
-    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {DENSE}, '
+    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {router_names.DENSE}, '
                      f'{", ".join(sorted(registry.ROUTERS))} (a router of your own: '
                      '--router-module PATH).')
 
@@ -138,9 +137,9 @@ def config_arg(run: GridRun) -> str:
   module is passed as router_module=PATH."""
   module = f',router_module={run.router_module}' if run.router_module else ''
   if run.arch == 'tiny':
-    return ('configs/tiny.py:router=dense' if run.router == DENSE else
+    return ('configs/tiny.py:router=dense' if run.router == router_names.DENSE else
             f'configs/tiny.py:router={run.router},c={run.capacity}{module}')
-  if run.router == DENSE:
+  if run.router == router_names.DENSE:
     return f'configs/{run.arch}_dense.py'
   if run.router in paper.ROUTERS:
     return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
@@ -176,8 +175,8 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
 def _outcome(status: int, workdir: str) -> str | None:
   """None if the run finished, 'interrupted' (by Ctrl-C or a preemption, its checkpoint saved),
   or why it failed."""
-  finished = os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE))
-  if run_protocol.stopped_early(status, finished) or status == -signal.SIGINT:
+  finished = os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE))
+  if run_outputs.stopped_early(status, finished) or status == -signal.SIGINT:
     return 'interrupted'
   if status == 0:
     return None
@@ -191,8 +190,8 @@ def keep_record(workdir: str, run: GridRun, destination: str) -> None:
   it ran, when, and its wall time), to DESTINATION/<arch>/<run name>/: the record a study
   commits, without the checkpoints. Both are written atomically."""
   target = run.workdir(destination)
-  with open(os.path.join(workdir, run_protocol.SUMMARY_FILE), 'rb') as f:
-    atomic.write_bytes(os.path.join(target, run_protocol.SUMMARY_FILE), f.read())
+  with open(os.path.join(workdir, run_outputs.SUMMARY_FILE), 'rb') as f:
+    atomic.write_bytes(os.path.join(target, run_outputs.SUMMARY_FILE), f.read())
   with open(os.path.join(workdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
     lines = [line for line in f if line.startswith('=== ')]
   atomic.write_text(os.path.join(target, LOG_FILE), ''.join(lines))
@@ -203,7 +202,7 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
               records: str | None = None) -> int:
   """Runs every unfinished run, up to `jobs` at once, in order; returns 0, 1 (some run failed)
   or 130 (interrupted: Ctrl-C, or a trainer that stopped early after checkpointing on Ctrl-C or
-  a preemption notice, run_protocol.stopped_early; no further run starts, and the running ones
+  a preemption notice, run_outputs.stopped_early; no further run starts, and the running ones
   are waited for). With `records`, each run that finishes (or had finished) is copied there by
   keep_record."""
   if jobs < 1:
@@ -219,8 +218,8 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
         i, run = pending.pop(0)
         workdir = run.workdir(root)
         tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
-        if os.path.exists(os.path.join(workdir, run_protocol.SUMMARY_FILE)):
-          say(f'{tag}: done ({run_protocol.SUMMARY_FILE} exists), skipped')
+        if os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE)):
+          say(f'{tag}: done ({run_outputs.SUMMARY_FILE} exists), skipped')
           skipped += 1
           if records and not dry_run:
             keep_record(workdir, run, records)
@@ -264,9 +263,9 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
     for process in running:     # They got the Ctrl-C too: let them checkpoint and exit.
       process.wait()
     say('sweep interrupted; rerun the same command to resume (finished runs are skipped).')
-    return run_protocol.INTERRUPTED
+    return run_outputs.INTERRUPTED
   if interrupted:
-    return run_protocol.INTERRUPTED
+    return run_outputs.INTERRUPTED
   if dry_run:
     return 0
   say(f'sweep: {ran} ran, {skipped} skipped, {len(failed)} failed' +
@@ -293,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
-                      help=f'Comma-separated: any of {DENSE}, the paper\'s '
+                      help=f'Comma-separated: any of {router_names.DENSE}, the paper\'s '
                       f'{",".join(paper.ROUTERS)} (the default) and every other registered '
                       'router (vmoe/routing/lab_routers.py, or one of --router-module).')
   parser.add_argument('--router-module', default='', help='A .py file or dotted module that '

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from launch import sweep
-from vmoe import run_protocol
+from vmoe import run_outputs
+from vmoe.routing import names as router_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,7 +82,7 @@ def test_grid_is_dense_then_six_routers_by_two_capacities_plus_ablation():
   assert [r.name for r in with_ablation if not r.softmax_combine] == [
       'sinkhorn_tc_c1_nosmc', 'sinkhorn_tc_c2_nosmc', 'sinkhorn_tc_c1_nosmc_s1',
       'sinkhorn_tc_c2_nosmc_s1']
-  assert [r.name for r in with_ablation if r.router == sweep.DENSE] == ['dense', 'dense_s1']
+  assert [r.name for r in with_ablation if r.router == router_names.DENSE] == ['dense', 'dense_s1']
   with pytest.raises(ValueError, match='valid: b32, b16, l16, tiny'):
     sweep.make_grid('h14')
 
@@ -122,11 +123,11 @@ def test_commands_follow_the_main_py_contract():
   assert sweep.main_py_command(tiny, tiny.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/tiny.py:router=soft_moe,c=1',
       '--workdir=R/tiny/soft_moe_c1']
-  dense = sweep.GridRun('b16', sweep.DENSE, None, seed=2)
+  dense = sweep.GridRun('b16', router_names.DENSE, None, seed=2)
   assert sweep.main_py_command(dense, dense.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/b16_dense.py', '--workdir=R/b16/dense_s2',
       '--config.seed=2']
-  assert sweep.config_arg(sweep.GridRun('tiny', sweep.DENSE, None)) == (
+  assert sweep.config_arg(sweep.GridRun('tiny', router_names.DENSE, None)) == (
       'configs/tiny.py:router=dense')
 
 
@@ -173,7 +174,7 @@ def test_an_interrupted_or_preempted_trainer_stops_the_sweep(tmp_path, fake, sto
   out = io.StringIO()
   status = sweep.run_sweep(sweep.make_grid('tiny')[1:4], str(tmp_path / 'runs'),
                            command({'sinkhorn_tc_c1': stop}), out=out)
-  assert status == run_protocol.INTERRUPTED == 130
+  assert status == run_outputs.INTERRUPTED == 130
   assert entries('start') == ['softmax_tc_c1', 'sinkhorn_tc_c1']    # The third never started.
   assert 'rerun the same command to resume' in out.getvalue()
 
@@ -208,7 +209,7 @@ def test_a_killed_sweep_resumes_and_finishes_nothing_twice(tmp_path, fake):
   started = entries('start')
   assert [n for n in set(started) if started.count(n) > 1] == ['softmax_ec_c1']
   for run in grid:
-    with open(os.path.join(run.workdir(root), run_protocol.SUMMARY_FILE)) as f:
+    with open(os.path.join(run.workdir(root), run_outputs.SUMMARY_FILE)) as f:
       assert json.load(f) == {'router': run.name}
   # A third pass has nothing left to do.
   out = io.StringIO()
@@ -276,7 +277,7 @@ def test_records_keep_each_finished_runs_summary_and_timing_lines(tmp_path, fake
   # The first run had finished before --records was given: it is copied when skipped.
   assert sweep.run_sweep(grid, root, command(), out=io.StringIO(), records=records) == 0
   for run in grid:
-    with open(os.path.join(run.workdir(records), run_protocol.SUMMARY_FILE)) as f:
+    with open(os.path.join(run.workdir(records), run_outputs.SUMMARY_FILE)) as f:
       assert json.load(f) == {'router': run.name}
     with open(os.path.join(run.workdir(records), sweep.LOG_FILE)) as f:
       lines = f.read().splitlines()

@@ -13,7 +13,7 @@ from vmoe.routing import names as router_names
 ARCHS = ('B/32', 'B/16', 'L/16')
 CAPACITIES = (1, 2)
 ROUTERS = router_names.PAPER_ROUTERS     # The paper's row order, in the registry's names.
-DENSE = router_names.DENSE               # The dense ViT baseline (the paper tabulates none).
+# The dense ViT baseline's title (the paper tabulates none).
 DENSE_TITLE = 'Dense ViT (no MoE layers)'
 PM = '\u00b1'
 ROUTER_TITLES = {
@@ -97,13 +97,13 @@ def row_order(key: tuple) -> tuple:
   baseline first; then the capacity block, the paper's router order (others after, by name),
   the ablation after its router."""
   _, _, router, capacity, softmax_combine = key
-  return router != DENSE, capacity or 0.0, router_order(router), not softmax_combine
+  return router != router_names.DENSE, capacity or 0.0, router_order(router), not softmax_combine
 
 
 def row_title(router: str, capacity) -> str:
   """'Sinkhorn Token Choice (k=2)', 'Soft MoE (c=1)': the paper's row labels; 'Dense ViT (no
   MoE layers)' for the baseline."""
-  if router == DENSE:
+  if router == router_names.DENSE:
     return DENSE_TITLE
   symbol = 'k' if router in TOKEN_CHOICE else 'c'
   return f'{ROUTER_TITLES.get(router, router)} ({symbol}={capacity:g})'

@@ -32,6 +32,7 @@ from results import cost as cost_lib  # pylint: disable=g-import-not-at-top,wron
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe.routing import names as router_names  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star. Other routers get a diamond; the dense baseline is a dashed line (and a point).
@@ -44,7 +45,7 @@ OTHER_COLORS = plt.get_cmap('Dark2').colors   # Routers after the paper, in name
 def router_colors(routers) -> dict:
   """{router: colour}: the paper's fixed ones, then the others by name from OTHER_COLORS (gray
   beyond them)."""
-  others = sorted(set(routers) - set(COLORS) - {paper.DENSE})
+  others = sorted(set(routers) - set(COLORS) - {router_names.DENSE})
   extra = {r: OTHER_COLORS[i] if i < len(OTHER_COLORS) else 'gray' for i, r in enumerate(others)}
   return {**COLORS, **extra}
 SIZE_PER_CAPACITY = 45.0    # Marker area (points^2) per unit of capacity: c=2 is twice c=1.
@@ -85,7 +86,7 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
   fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
   for ax, arch in zip(axes[0], archs):
     for p in (p for p in points if p.arch == arch):
-      if p.router == paper.DENSE:
+      if p.router == router_names.DENSE:
         draw_dense_reference(ax, p)
         continue
       color = colors[p.router]
@@ -97,10 +98,10 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
-  routers = sorted({p.router for p in points} - {paper.DENSE}, key=paper.router_order)
+  routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
   handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=colors[r],
                         label=paper.ROUTER_TITLES.get(r, r)) for r in routers]
-  if any(p.router == paper.DENSE for p in points):
+  if any(p.router == router_names.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
   handles += [plt.scatter([], [], s=SIZE_PER_CAPACITY * c, marker='o', color='lightgray',

@@ -37,9 +37,10 @@ from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-po
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import experiment as experiment_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe import run_protocol  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe import run_outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import train_program  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe.routing import names as router_names  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 IMAGES = 8
@@ -119,7 +120,7 @@ def routes(model, variables, images: np.ndarray) -> dict:
 
 def recorded_experiment(workdir: str) -> experiment_lib.Experiment:
   """The run's experiment, read back from the config.json it recorded at its start."""
-  with open(os.path.join(workdir, run_protocol.CONFIG_FILE), encoding='utf-8') as f:
+  with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:
     return experiment_lib.parse(json.load(f), num_devices=1)
 
 
@@ -184,7 +185,7 @@ def maps_runs(root: str, capacity: float = 1.0, seed: int = 0) -> list[summaries
   chosen = {}
   for run in runs:
     router, c, softmax_combine = run.key[2:]
-    if (router != paper.DENSE and c == capacity and softmax_combine and run.seed == seed and
+    if (router != router_names.DENSE and c == capacity and softmax_combine and run.seed == seed and
         os.path.isdir(checkpointing.checkpoints_dir(os.path.dirname(run.path)))):
       chosen[router] = run
   return [chosen[r] for r in sorted(chosen, key=paper.router_order)]

@@ -8,7 +8,7 @@ import pytest
 from base import errors
 from results import routing_maps
 from results import tables
-from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from testing import checkpoint_faults
 from vmoe import checkpointing
 from vmoe import train_program
 from vmoe import workdir as workdir_lib

@@ -2,7 +2,7 @@
 
 A run is identified by (arch, dataset, router, capacity, softmax_combine); its seeds are the
 repetitions that tables and figures average. Summaries are read through the trainer's own record,
-vmoe.run_protocol.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
+vmoe.run_outputs.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
 fields, resolved_config) read as None; a file that is not JSON or lacks an identifying key is
 reported as a problem rather than stopping the whole report, and so are runs of one row whose
 resolved configs differ in more than the seed (they are kept out of that row). Configs are
@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from base import errors
 from base import stats
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 
@@ -26,9 +26,9 @@ class Run:
   summary: dict
 
   @property
-  def record(self) -> run_protocol.RunSummary:
+  def record(self) -> run_outputs.RunSummary:
     """The summary as the trainer's record (ValueError if it lacks an identifying key)."""
-    return run_protocol.RunSummary.from_dict(self.summary)
+    return run_outputs.RunSummary.from_dict(self.summary)
 
   @property
   def key(self) -> tuple:
@@ -69,9 +69,9 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
   runs, problems = [], []
   for directory, subdirs, files in os.walk(root):
     subdirs.sort()
-    if run_protocol.SUMMARY_FILE not in files:
+    if run_outputs.SUMMARY_FILE not in files:
       continue
-    path = os.path.join(directory, run_protocol.SUMMARY_FILE)
+    path = os.path.join(directory, run_outputs.SUMMARY_FILE)
     try:
       with open(path, encoding='utf-8') as f:
         summary = json.load(f)
@@ -79,7 +79,7 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
       problems.append(f'{path}: unreadable ({e}); skipped.')
       continue
     try:
-      run_protocol.RunSummary.from_dict(summary)
+      run_outputs.RunSummary.from_dict(summary)
     except (TypeError, ValueError) as e:
       problems.append(f'{path}: {e}; skipped.')
       continue
@@ -95,11 +95,11 @@ def config_differences(a: Run, b: Run) -> list[str]:
   config_a, config_b = a.record.resolved_config, b.record.resolved_config
   if config_a is None or config_b is None:
     return []
-  differ = run_protocol.config_differences(config_a, config_b)
+  differ = run_outputs.config_differences(config_a, config_b)
   if differ and differ != ['seed']:
     # Only here, where the records differ: parsing them needs jax, which the tables do not.
     from vmoe import experiment  # pylint: disable=import-outside-toplevel
-    differ = run_protocol.config_differences(experiment.resolve_recorded(config_a),
+    differ = run_outputs.config_differences(experiment.resolve_recorded(config_a),
                                              experiment.resolve_recorded(config_b))
   return [k for k in differ if k != 'seed']
 

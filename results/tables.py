@@ -29,7 +29,7 @@ from results import cost
 from results import paper
 from results import summaries
 from results.summaries import Run
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 PAPER_10SHOT_DATASET = 'imagenet2012'    # The paper's downstream task: ImageNet-1k 10-shot.
 PM = paper.PM
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
   if not runs:
-    print(f'No usable {run_protocol.SUMMARY_FILE} under {args.runs}; run a sweep first '
+    print(f'No usable {run_outputs.SUMMARY_FILE} under {args.runs}; run a sweep first '
           '(make sweep ARCH=tiny).', file=sys.stderr)
     for problem in problems:
       print(f'  {problem}', file=sys.stderr)

@@ -10,8 +10,9 @@ from results import cost
 from results import plots
 from results import summaries
 from results import tables
-from vmoe import run_protocol
+
 from vmoe import workdir_test
+from vmoe import run_outputs
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
@@ -35,7 +36,7 @@ def write_summary(root, arch='B/32', router='sinkhorn_ec', capacity=2.0, seed=0,
   name = (('dense' if capacity is None else f'{router}_c{capacity:g}') +
           ('' if softmax_combine else '_nosmc') +
           (f'_s{seed}' if seed else ''))
-  path = os.path.join(root, arch.replace('/', '').lower(), name, run_protocol.SUMMARY_FILE)
+  path = os.path.join(root, arch.replace('/', '').lower(), name, run_outputs.SUMMARY_FILE)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, 'w', encoding='utf-8') as f:
     json.dump(summary, f)
@@ -127,7 +128,7 @@ def test_latex_is_booktabs_with_escapes(runs_dir):
 def test_broken_and_duplicate_summaries_are_reported(tmp_path):
   root = str(tmp_path)
   old = write_summary(root, upstream_prec1=0.1)
-  newer = os.path.join(root, 'copy', run_protocol.SUMMARY_FILE)
+  newer = os.path.join(root, 'copy', run_outputs.SUMMARY_FILE)
   os.makedirs(os.path.dirname(newer))
   with open(old, encoding='utf-8') as f:
     payload = json.load(f)
@@ -136,7 +137,7 @@ def test_broken_and_duplicate_summaries_are_reported(tmp_path):
     json.dump(payload, f)
   os.utime(newer, (time.time() + 10, time.time() + 10))
   os.makedirs(os.path.join(root, 'broken'))
-  with open(os.path.join(root, 'broken', run_protocol.SUMMARY_FILE), 'w', encoding='utf-8') as f:
+  with open(os.path.join(root, 'broken', run_outputs.SUMMARY_FILE), 'w', encoding='utf-8') as f:
     f.write('{"arch": ')
   runs, problems = summaries.load_runs(root)
   assert len(runs) == 2 and len(problems) == 1 and 'unreadable' in problems[0]

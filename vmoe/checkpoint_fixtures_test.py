@@ -22,7 +22,7 @@ import numpy as np
 
 from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import state_checksum
 from vmoe import train_program
 
@@ -48,7 +48,7 @@ def restore_fixture(workdir: str, router: str | None = None):
   """(experiment, state, record) of a fixture workdir, read as a resumed run reads it: its
   recorded config parsed (with another router of the same parameters, if given), the state
   restored into that experiment's layout on one device, new fields from a fresh init."""
-  with open(os.path.join(workdir, run_protocol.CONFIG_FILE), encoding='utf-8') as f:
+  with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:
     recorded = json.load(f)
   if router is not None:
     recorded['moe']['router']['name'] = router
@@ -112,7 +112,7 @@ def write_fixture(destination: str) -> None:
     subprocess.run([sys.executable, 'main.py', *FIXTURE_ARGS, f'--workdir={run}'], cwd=REPO,
                    check=True)
     os.makedirs(destination)
-    shutil.copy(os.path.join(run, run_protocol.CONFIG_FILE), destination)
+    shutil.copy(os.path.join(run, run_outputs.CONFIG_FILE), destination)
     shutil.copytree(checkpointing.checkpoints_dir(run),
                     checkpointing.checkpoints_dir(destination))
 

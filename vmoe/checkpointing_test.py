@@ -13,12 +13,12 @@ from orbax.checkpoint._src.serialization import serialization as orbax_serializa
 import pytest
 
 from base import errors
-from base import full_disk_testutil as full_disk
-from base import watchdog
+from testing import full_disk
+from testing import watchdog
 from data import pipeline
 from data import sources
-from data.testdata import data_config
-from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from testing.data import data_config
+from testing import checkpoint_faults
 from vmoe import checkpointing
 
 

@@ -10,7 +10,7 @@ import jax
 from evaluation import fewshot
 from vmoe import experiment as experiment_lib
 from vmoe import run_log
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 def say(line: str) -> str:
@@ -52,7 +52,7 @@ def evaluation(step: int, results: dict) -> str:
       results.get('upstream/prec@1'), fewshot.summary_table(results, 'best_l2')))
 
 
-def final(summary: run_protocol.RunSummary, summary_path: str) -> str:
+def final(summary: run_outputs.RunSummary, summary_path: str) -> str:
   """The last line: what the run reached, what it cost, where its summary.json is."""
   cost = (f'{summary.train_device_seconds / 3600:.3g} device-hours '
           f'({summary.num_devices} x {summary.device_kind})')

@@ -2,7 +2,7 @@
 import jax
 
 from vmoe import console
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import sharding
 
 
@@ -31,7 +31,7 @@ def test_evaluation_line_groups_few_shot_by_shots():
 
 
 def test_final_line_says_accuracy_cost_and_where_the_summary_is(capsys):
-  summary = run_protocol.RunSummary(
+  summary = run_outputs.RunSummary(
       arch='XS/7', dataset='fashion_mnist', router='softmax_ec', capacity=1.0, steps=40,
       upstream_prec1=0.5, fewshot={'digits': {'10': 0.25}}, train_device_seconds=36.0,
       num_devices=2, device_kind='cpu')

@@ -50,7 +50,6 @@ from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 WANDB_MODES = ('offline', 'online', 'disabled')
-DENSE = router_names.DENSE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +104,7 @@ class Experiment:
   @property
   def router_name(self) -> str:
     """The router's name, or 'dense' for a model without MoE layers."""
-    return self.moe.router.name if self.moe.router is not None else DENSE
+    return self.moe.router.name if self.moe.router is not None else router_names.DENSE
 
   def to_dict(self) -> dict:
     """The resolved config as JSON types (tuples as lists), in the config's layout."""

@@ -2,17 +2,16 @@
 
 The trainer (vmoe/trainer.py) runs one training step at a time and, after each, Actions'
 `after_step`, which does what the experiment's schedule says is due at that step: log (metrics,
-progress line), save (a checkpoint of the state and its RunRecord) and evaluate (train_evals'
-evaluations, appended to the record).
+progress line), save (a checkpoint of the state and its RunRecord) and evaluate (what
+train_evals.Evaluator's schedule says is due, appended to the record).
 They share the run's state explicitly: the RunRecord a checkpoint holds, the TrainClock that
 counts training time without them, the losses not yet checked for NaN, the last step saved. On a
 stop request (vmoe/preemption.py) `stop` saves where the run stands and exits.
 """
 import contextlib
 import dataclasses
-import functools
 import time
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -86,7 +85,7 @@ class Actions:
   train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
   manager: ocp.CheckpointManager
   writer: observability.ScalarWriter
-  evaluator: Callable               # train_evals.make_evaluator's evaluate(params, step, is_last).
+  evaluator: train_evals.Evaluator
   record: RunRecord
   clock: TrainClock
   progress: observability.Progress
@@ -106,22 +105,17 @@ class Actions:
           'optimizer.grad_clip_norm and resume from it.')
 
   def after_step(self, step: int, *, state, metrics):
-    """Logs every log_every_steps, saves every checkpoint.every_steps, evaluates at
-    train_evals.due_steps; the last step is logged and saved too. In that order: a checkpoint is
-    saved before its step's evaluation."""
+    """Logs every log_every_steps, saves every checkpoint.every_steps, evaluates where the
+    evaluator's schedule says; the last step is logged and saved too. In that order: a checkpoint
+    is saved before its step's evaluation."""
     e = self.experiment
     last = step == e.num_train_steps
     if last or step % e.log_every_steps == 0:
       self.log(step, state=state, metrics=metrics)
     if last or step % e.checkpoint.every_steps == 0:
       self.save(step, state=state)
-    if step in self.evaluation_steps:
+    if self.evaluator.schedule.due(step):
       self.evaluate(step, state=state)
-
-  @functools.cached_property
-  def evaluation_steps(self) -> set[int]:
-    e = self.experiment
-    return train_evals.due_steps(e.eval, e.fewshot, e.num_train_steps)
 
   def log(self, step: int, *, state, metrics):
     """Writes the step's metrics and learning rate, and the console's progress line."""
@@ -143,8 +137,7 @@ class Actions:
   def evaluate(self, step: int, *, state):
     """Evaluates `state` (train_evals), writes and prints the results, adds them to the record."""
     with self.clock.paused(state):
-      results = self.evaluator(train_step.model_variables(state), step,
-                               step == self.experiment.num_train_steps)
+      results = self.evaluator.evaluate(train_step.model_variables(state), step)
       self.writer.write_scalars(step, results)
       console.say(console.evaluation(step, results))
       self.record.eval_history.append({'step': step, **results})

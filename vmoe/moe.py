@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from vmoe import sharding
 from vmoe.routing import allocation
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 
@@ -129,7 +130,7 @@ DISPATCHES = ('indices', 'einsum')
 
 def images_per_routing_group(router: router_lib.RouterConfig, group_size: int) -> int:
   """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
-  return 1 if router.spec.allocation.kind == router_lib.SOFT else group_size
+  return 1 if router.spec.allocation.kind == router_names.SOFT_ALLOCATION else group_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,8 +225,8 @@ class Experts(nn.Module):
     wo = self.param('wo', kernel_init, (self.num_experts, self.mlp_dim, dim))
     bo = self.param('bo', bias_init, (self.num_experts, dim))
     # One (G*C, D) matrix per expert: XLA:CPU runs these batched matmuls faster than with G and C
-    # as separate axes (commit 5222a52 has the measurement at B/32's shape). G is the major half
-    # of the merged axis, so its 'data' sharding carries over.
+    # as separate axes. G is the major half of the merged axis, so its 'data' sharding carries
+    # over.
     num_experts, num_groups, capacity, _ = buffers.shape
     tokens = buffers.reshape(num_experts, num_groups * capacity, dim).astype(self.dtype)
     wi, bi, wo, bo = (p.astype(self.dtype) for p in (wi, bi, wo, bo))
@@ -240,38 +241,34 @@ class Experts(nn.Module):
 class MoeMlp(nn.Module):
   """Drop-in replacement for a transformer block's MLP: x (B, N, D) -> (y (B, N, D), metrics).
 
-  Sparse routers route groups of `group_size` images (S = group_size * N tokens); Soft MoE routes
-  every image on its own (T = N, as in the paper). metrics holds 'aux_loss' (the weighted balance
-  losses, to add to the training loss), the router health of `routing_metrics`, and the
-  sparsity-constrained solver's health when it runs (router_lib.Router). The experts compute in
-  `dtype`; tokens enter the dispatch and outputs leave the experts in `dispatch_dtype`
-  (`buffer_dtype`); the router, its weights and the combine compute in float32 (module docstring).
+  Composed of its two modules, whose parameters sit under their field names ('router',
+  'experts'): `router` maps routing groups (G, S, D) to (SparseRouting | DenseRouting, metrics
+  with 'aux_loss') as router_lib.Router does, and `experts` maps buffers (E, G, C, D) to outputs
+  of the same shape as Experts does (`moe_mlp` builds the layer of a router config). Groups are
+  `images_per_group` images (S = images_per_group * N tokens; Soft MoE: 1 image, T = N, as in the
+  paper). metrics holds the router's (its 'aux_loss': the weighted balance losses, to add to the
+  training loss; the sparsity-constrained solver's health when it runs) and the router health of
+  `routing_metrics`. Tokens enter the dispatch in `dispatch_dtype` (`buffer_dtype`); the combine
+  computes in float32 (module docstring).
   """
-  num_experts: int
-  mlp_dim: int
-  router: router_lib.RouterConfig
-  group_size: int
+  router: nn.Module
+  experts: nn.Module
+  images_per_group: int
   dispatch: str = 'indices'      # 'indices' (gather/scatter) or 'einsum' (dense reference path).
-  dropout_rate: float = 0.0
-  expert_init: str = 'shared'    # See Experts.
-  dtype: jnp.dtype = jnp.float32
   dispatch_dtype: jnp.dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
     # A parsed experiment's batches are whole routing groups on every device (vmoe/experiment.py).
     batch, tokens_per_image, dim = x.shape
-    images_per_group = images_per_routing_group(self.router, self.group_size)
-    groups = x.reshape(batch // images_per_group, images_per_group * tokens_per_image, dim)
+    groups = x.reshape(batch // self.images_per_group, self.images_per_group * tokens_per_image,
+                       dim)
     num_tokens = groups.shape[1]
 
-    route, router_metrics = router_lib.Router(self.router, self.num_experts, name='router')(
-        groups, train=train)
-    experts = Experts(self.num_experts, self.mlp_dim, self.dropout_rate, self.expert_init,
-                      self.dtype, output_dtype=self.dispatch_dtype, name='experts')
+    route, router_metrics = self.router(groups, train=train)
     tokens = groups.astype(self.dispatch_dtype)    # The router above read them in float32.
     if isinstance(route, router_lib.SparseRouting) and self.dispatch == 'indices':
-      outputs = experts(dispatch_by_index(tokens, route.slot_token), train=train)
+      outputs = self.experts(dispatch_by_index(tokens, route.slot_token), train=train)
       y = combine_by_index(outputs, route.slot_token, route.slot_weight, num_tokens)
     else:
       dense = route
@@ -284,10 +281,29 @@ class MoeMlp(nn.Module):
       # The (G, S, E, C) tensors stay with their groups; unconstrained, the partitioner splits
       # them over E and the backward pass all-gathers every image's tokens (Soft MoE, B/32).
       dense = jax.tree.map(lambda a: sharding.constrain(a, sharding.BATCH), dense)
-      outputs = experts(dispatch_dense(tokens, dense.dispatch), train=train)
+      outputs = self.experts(dispatch_dense(tokens, dense.dispatch), train=train)
       y = combine_dense(outputs, dense.combine)
 
     y = sharding.constrain(y, sharding.BATCH)   # Combined tokens go back to their images' devices.
     capacity = outputs.shape[2]
     metrics = {**routing_metrics(route, num_tokens, capacity), **router_metrics}
     return y.reshape(batch, tokens_per_image, dim).astype(x.dtype), metrics
+
+
+def moe_mlp(num_experts: int, mlp_dim: int, router: router_lib.RouterConfig, group_size: int, *,
+            dispatch: str = 'indices', dropout_rate: float = 0.0, expert_init: str = 'shared',
+            dtype=jnp.float32, dispatch_dtype=jnp.float32, name: str | None = None) -> MoeMlp:
+  """The MoE layer of `router` over `num_experts` Experts of `mlp_dim` hidden units, routing
+  groups of `group_size` images (Soft MoE: each image alone, `images_per_routing_group`); the
+  experts compute in `dtype` and return their outputs in `dispatch_dtype`.
+
+  The router and the experts are made outside any parent (parent=None), so that the MoeMlp, not
+  the module building it, adopts them under its field names: the parameter paths stay
+  .../moe/router/... and .../moe/experts/..., which checkpoints and the sharding rules key on.
+  """
+  return MoeMlp(
+      router=router_lib.Router(router, num_experts, parent=None),
+      experts=Experts(num_experts, mlp_dim, dropout_rate, expert_init, dtype,
+                      output_dtype=dispatch_dtype, parent=None),
+      images_per_group=images_per_routing_group(router, group_size), dispatch=dispatch,
+      dispatch_dtype=dispatch_dtype, name=name)

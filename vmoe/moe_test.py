@@ -11,6 +11,7 @@ from vmoe import moe
 from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import registry
+from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 from vmoe.routing import soft
 
@@ -24,7 +25,7 @@ def dense_routing_tensors(variables, group, config):
   others; the affinity and combine are the registry's, which the router tests check on their
   own."""
   params, spec = variables['params'], config.spec
-  if spec.allocation.kind == router_lib.SOFT:
+  if spec.allocation.kind == router_names.SOFT_ALLOCATION:
     return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
   capacity = config.capacity(group.shape[0], NUM_EXPERTS)
   state = variables.get(router_lib.ROUTER_STATE, {}).get('router', {})
@@ -46,7 +47,7 @@ def dense_routing_tensors(variables, group, config):
 def reference_moe(variables, x, config):
   """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
   experts = variables['params']['experts']
-  images_per_group = 1 if config.spec.allocation.kind == router_lib.SOFT else GROUP_SIZE
+  images_per_group = 1 if config.spec.allocation.kind == router_names.SOFT_ALLOCATION else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
 
   def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.
@@ -61,7 +62,7 @@ def reference_moe(variables, x, config):
 
 
 def make_layer(config, dispatch='indices'):
-  return moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
+  return moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, group_size=GROUP_SIZE, dispatch=dispatch)
 
 
 def init_variables(layer):

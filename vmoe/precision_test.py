@@ -71,11 +71,9 @@ def test_bfloat16_model_routes_as_the_float32_model(router):
   # reads them in float32 under either model dtype, so its logits, and the routing decisions and
   # weights computed from them, are identical; only the experts and the buffers are bfloat16.
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16)).astype(jnp.bfloat16)
-  # With noise for the routers whose presets have it (the paper's softmax and Sinkhorn ones).
-  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
-                                   router_lib.PAPER_ROUTERS else 0.0)
-  layer = lambda dtype: moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dtype=dtype,
-                                   dispatch_dtype=moe.buffer_dtype(dtype, 'float32'))
+  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  layer = lambda dtype: moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dtype=dtype,
+                                    dispatch_dtype=moe.buffer_dtype(dtype, 'float32'))
   params = layer(jnp.float32).init(jax.random.PRNGKey(1), x.astype(jnp.float32))
   rngs = {'gating': jax.random.PRNGKey(2)}
 
@@ -174,8 +172,8 @@ def test_bfloat16_dispatch_combines_in_float32_as_v_moe(router, dispatch):
   # With noise for the routers whose presets have it (the paper's softmax and Sinkhorn ones).
   config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
                                    router_lib.PAPER_ROUTERS else 0.0)
-  layer = moe.MoeMlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dispatch=dispatch,
-                     dispatch_dtype=jnp.bfloat16)
+  layer = moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dispatch=dispatch,
+                      dispatch_dtype=jnp.bfloat16)
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))   # Float32 tokens of a float32 model.
   y, route, buffers, outputs = layer_inside(layer, layer.init(jax.random.PRNGKey(1), x), x)
   soft_moe = isinstance(route, router_lib.DenseRouting)

@@ -24,7 +24,7 @@ preemption leaves seconds, not the minutes a few-shot evaluation can take. The c
 in every process (the manager's counter starts at 0), and every process calls `check()` equally
 often because the loop and the evaluations run in lockstep (their batches are collectives).
 
-Exit statuses (vmoe/run_protocol.py): a process that got Ctrl-C itself exits INTERRUPTED (130),
+Exit statuses (vmoe/run_outputs.py): a process that got Ctrl-C itself exits INTERRUPTED (130),
 as a shell reports a Ctrl-C, so that a script or sweep running it stops; otherwise it was
 preempted (SIGTERM, here or on another process) and exits PREEMPTED (0), the status a scheduler
 expects of a job that stopped cleanly. A second Ctrl-C quits at once (KeyboardInterrupt).
@@ -35,7 +35,7 @@ from absl import logging
 import jax
 from jax.experimental import multihost_utils
 
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 class Stopped(Exception):
@@ -91,6 +91,6 @@ class StopAgreement:
     return 'Interrupted' if signal.SIGINT in self.received else 'Preempted'
 
   def exit_status(self) -> int:
-    """run_protocol.INTERRUPTED after this process's Ctrl-C, else run_protocol.PREEMPTED."""
-    return (run_protocol.INTERRUPTED if signal.SIGINT in self.received
-            else run_protocol.PREEMPTED)
+    """run_outputs.INTERRUPTED after this process's Ctrl-C, else run_outputs.PREEMPTED."""
+    return (run_outputs.INTERRUPTED if signal.SIGINT in self.received
+            else run_outputs.PREEMPTED)

@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from vmoe import preemption
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 
 def test_sigterm_stops_at_the_next_safe_point_as_a_preemption():
@@ -15,7 +15,7 @@ def test_sigterm_stops_at_the_next_safe_point_as_a_preemption():
     signal.raise_signal(signal.SIGTERM)
     with pytest.raises(preemption.Stopped, match='Preempted'):
       stop.check()
-  assert stop.exit_status() == run_protocol.PREEMPTED == 0
+  assert stop.exit_status() == run_outputs.PREEMPTED == 0
 
 
 def test_ctrl_c_stops_as_an_interruption_and_a_second_one_quits_at_once():
@@ -23,7 +23,7 @@ def test_ctrl_c_stops_as_an_interruption_and_a_second_one_quits_at_once():
     signal.raise_signal(signal.SIGINT)
     with pytest.raises(preemption.Stopped, match='Interrupted'):
       stop.check()
-    assert stop.exit_status() == run_protocol.INTERRUPTED == 130
+    assert stop.exit_status() == run_outputs.INTERRUPTED == 130
     # The handler called as for a second signal, not through raise_signal: Python may run a
     # handler inside whatever Python code runs next (a gc callback), where its exception is lost.
     with pytest.raises(KeyboardInterrupt):
@@ -38,7 +38,7 @@ def test_the_previous_handlers_come_back():
 
 
 def test_a_run_stopped_early_is_told_from_a_finished_or_failed_one():
-  assert run_protocol.stopped_early(run_protocol.PREEMPTED, finished=False)
-  assert run_protocol.stopped_early(run_protocol.INTERRUPTED, finished=False)
-  assert not run_protocol.stopped_early(0, finished=True)       # Finished.
-  assert not run_protocol.stopped_early(2, finished=False)      # A user error.
+  assert run_outputs.stopped_early(run_outputs.PREEMPTED, finished=False)
+  assert run_outputs.stopped_early(run_outputs.INTERRUPTED, finished=False)
+  assert not run_outputs.stopped_early(0, finished=True)       # Finished.
+  assert not run_outputs.stopped_early(2, finished=False)      # A user error.

@@ -3,8 +3,9 @@
 This binds the model, mesh and data to evaluation/ (pure precision@1 and the few-shot ridge, which
 know nothing of models or meshes).
 
-`make_evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=, safe_point=)` returns
-evaluate(variables, step, is_last) -> {metric name: float}, at the steps `due_steps` lists:
+`Evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=, num_steps=, safe_point=)`
+runs them; its `evaluate(variables, step)` -> {metric name: float} runs those that its schedule
+(EvalSchedule) says are due after `step`:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
@@ -14,6 +15,7 @@ and fewshot.batch_size), so evaluation routes exactly as training does. safe_poi
 before every batch, so that a preemption notice can end an evaluation between two batches
 (vmoe/preemption.py: it raises there).
 """
+import dataclasses
 import functools
 from typing import Callable, Iterable, Iterator
 
@@ -59,23 +61,26 @@ def check_available(data: data_config_lib.DataConfig,
                     f'config.fewshot.data_dir and config.fewshot.manual_dirs.{name}.)') from None
 
 
-def due_steps(eval_config: classify.EvalConfig, fewshot_config: fewshot.FewShotConfig,
-              num_steps: int) -> set[int]:
-  """The steps after which something is evaluated: every eval.every_steps, every
-  fewshot.every_steps (if there are few-shot sets) and the last."""
-  steps = set(range(eval_config.every_steps, num_steps + 1, eval_config.every_steps))
-  if fewshot_config.datasets:
-    steps.update(range(fewshot_config.every_steps, num_steps + 1, fewshot_config.every_steps))
-  return steps | {num_steps}
+@dataclasses.dataclass(frozen=True)
+class EvalSchedule:
+  """After which of the steps 1..num_steps each evaluation runs: upstream every `upstream_every`
+  steps, few-shot every `fewshot_every` (None: no few-shot sets), and both after the last."""
+  num_steps: int
+  upstream_every: int
+  fewshot_every: int | None
 
+  def upstream_due(self, step: int) -> bool:
+    return self._due(step, self.upstream_every)
 
-def _fewshot_due(fewshot_config: fewshot.FewShotConfig, step: int, is_last: bool) -> bool:
-  return bool(fewshot_config.datasets) and (is_last or step % fewshot_config.every_steps == 0)
+  def fewshot_due(self, step: int) -> bool:
+    return self.fewshot_every is not None and self._due(step, self.fewshot_every)
 
+  def due(self, step: int) -> bool:
+    """Whether anything is evaluated after `step` (never after step 0, before any training)."""
+    return self.upstream_due(step) or self.fewshot_due(step)
 
-def fewshot_table(results: dict, convention: str) -> dict:
-  """{dataset: {'10': accuracy}} of one evaluation's results (summary.json's shape)."""
-  return fewshot.summary_table(results, convention)
+  def _due(self, step: int, every: int) -> bool:
+    return 1 <= step <= self.num_steps and (step % every == 0 or step == self.num_steps)
 
 
 def whole_batch_fn(fn, mesh):
@@ -91,62 +96,75 @@ def whole_batch_fn(fn, mesh):
   return apply
 
 
-def make_evaluator(model, mesh, *, data: data_config_lib.DataConfig,
-                   eval_config: classify.EvalConfig,
-                   fewshot_config: fewshot.FewShotConfig, loss: str,
-                   safe_point: Callable[[], None]):
-  """evaluate(variables, step, is_last) -> dict of float metrics (see the module docstring); `loss`
-  names the training loss (vmoe/losses.py) that upstream/loss reports; safe_point() runs before
-  every batch."""
-  batch_sharding = sharding.batch_sharding(mesh)
+class Evaluator:
+  """The trainer's evaluations of one experiment's model on its mesh (the module docstring):
+  `upstream(variables)` and `fewshot(variables)` run one each, `evaluate(variables, step)` runs
+  what `schedule` says is due after `step`. variables: the parameters and the routers' state
+  (train_step.model_variables), which evaluation never updates. `loss` names the training loss
+  (vmoe/losses.py) that upstream/loss reports; safe_point() runs before every batch."""
 
-  @jax.jit
-  def forward(variables, images):   # variables: train_step.model_variables, routers frozen.
-    logits, aux = model.apply(variables, images, train=False)
-    return logits, aux['pre_logits'], train_step.router_summary(aux['router'])
+  def __init__(self, model, mesh, *, data: data_config_lib.DataConfig,
+               eval_config: classify.EvalConfig, fewshot_config: fewshot.FewShotConfig,
+               loss: str, num_steps: int, safe_point: Callable[[], None]):
+    self.mesh, self.data, self.eval_config = mesh, data, eval_config
+    self.fewshot_config, self.loss, self.safe_point = fewshot_config, loss, safe_point
+    self.schedule = EvalSchedule(num_steps, eval_config.every_steps,
+                                 fewshot_config.every_steps if fewshot_config.datasets else None)
 
-  def upstream(variables) -> dict:
-    router_sums, num_batches = {}, 0
+    @jax.jit
+    def forward(variables, images):
+      logits, aux = model.apply(variables, images, train=False)
+      return logits, aux['pre_logits'], train_step.router_summary(aux['router'])
+    # Under the mesh's axes, so that the model's sharding constraints take effect when it traces.
+    self._forward = sharding.with_mesh(forward, mesh)
+
+  def evaluate(self, variables, step: int) -> dict:
+    """{metric name: float} of the evaluations due after `step`."""
+    results = {}
+    if self.schedule.upstream_due(step):
+      results.update(self.upstream(variables))
+    if self.schedule.fewshot_due(step):
+      results.update(self.fewshot(variables))
+    return {k: float(v) for k, v in results.items()}
+
+  def upstream(self, variables) -> dict:
+    """precision@1 and the loss on data.eval_split, and the routers' health averaged over its
+    batches."""
+    routers = []    # Each batch's router summary, summed in order below.
 
     def predict(images):
-      nonlocal router_sums, num_batches
-      logits, _, router = forward(variables, images)
-      router_sums = jax.tree.map(lambda a, b: a + b, router_sums, router) if router_sums else router
-      num_batches += 1
+      logits, _, router = self._forward(variables, images)
+      routers.append(router)
       return logits
 
     batches = pipeline.make_eval_iterator(
-        data, data.eval_split, batch_size=eval_config.batch_size,
+        self.data, self.data.eval_split, batch_size=self.eval_config.batch_size,
         process_index=jax.process_index(), process_count=jax.process_count())
+    batch_sharding = sharding.batch_sharding(self.mesh)
     global_batches = (sharding.put_batch(b, batch_sharding)
-                      for b in _after_safe_points(batches, safe_point))
-    evaluator = classify.ClassifyEvaluator(losses.get_loss(loss))
+                      for b in _after_safe_points(batches, self.safe_point))
+    evaluator = classify.ClassifyEvaluator(losses.get_loss(self.loss))
     results = dict(evaluator.run(predict, global_batches))
-    for key, total in jax.device_get(router_sums).items():
-      results[key] = float(total) / num_batches
+    if routers:
+      totals = functools.reduce(lambda a, b: jax.tree.map(lambda x, y: x + y, a, b), routers)
+      for key, total in jax.device_get(totals).items():
+        results[key] = float(total) / len(routers)
     return results
 
-  def fewshot_results(variables) -> dict:
-    whole_batch_features = whole_batch_fn(lambda images: forward(variables, images)[1], mesh)
+  def fewshot(self, variables) -> dict:
+    """The few-shot ridge on the model's pre-logits, for every few-shot set (evaluation.fewshot)."""
+    whole_batch_features = whole_batch_fn(lambda images: self._forward(variables, images)[1],
+                                          self.mesh)
 
     def features(images):
-      safe_point()
+      self.safe_point()
       return whole_batch_features(images)
 
+    config = self.fewshot_config
     evaluator = fewshot.FewShotEvaluator(
-        {name: _fewshot_data(data, fewshot_config, name) for name in fewshot_config.datasets},
-        shots=fewshot_config.shots, seeds=fewshot_config.seeds, l2_grid=fewshot_config.l2_grid)
+        {name: _fewshot_data(self.data, config, name) for name in config.datasets},
+        shots=config.shots, seeds=config.seeds, l2_grid=config.l2_grid)
     return dict(evaluator.run(features))
-
-  def evaluate(variables, step: int, is_last: bool) -> dict:
-    results = {}
-    if is_last or step % eval_config.every_steps == 0:
-      results.update(upstream(variables))
-    if _fewshot_due(fewshot_config, step, is_last):
-      results.update(fewshot_results(variables))
-    return {k: float(v) for k, v in results.items()}
-
-  return evaluate
 
 
 def _after_safe_points(batches: Iterable, safe_point: Callable[[], None]) -> Iterator:

@@ -48,6 +48,17 @@ def test_mixup_labels_use_the_image_weights():
   assert own[0] != own[4] and (own >= 0.5).all()
 
 
+def test_mixup_mixes_each_example_with_exactly_one_other():
+  # The default mixup size, V-MoE's mixup_size = 2: with one-hot labels over 8 examples in one
+  # chunk, each mixed label row has two nonzero weights, on itself and on the next example (a
+  # roll by -1), summing to 1. Size 3 would put a third weight on example i + 2.
+  batch = {'image': jnp.zeros((8, 1)), 'labels': jnp.eye(8)}
+  mixed = np.asarray(train_step.mixup(batch, jax.random.PRNGKey(4), 0.5, num_chunks=1)['labels'])
+  for i, row in enumerate(mixed):
+    assert set(np.flatnonzero(row)) == {i, (i + 1) % 8}
+  np.testing.assert_allclose(mixed.sum(axis=1), 1, rtol=1e-6)
+
+
 def test_mixup_chunks_are_independent_devices():
   # Each chunk (device shard) is mixed with its own weights and only from its own examples: the
   # global mix equals mixing each chunk alone with its weight row (V-MoE's per-device mixup), and

@@ -1,15 +1,18 @@
-"""train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost.
+"""train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost; main.py and
+the tests enter the trainer through it alone.
 
 The experiment is a config parsed once into typed sections (vmoe/experiment.py, at main.py's
-start). Stages: (1) data and workdir checks before anything compiles, (2) the training program
+start). Stages: (1) the workdir's checks, then the data's, before anything compiles (main.py
+claims the workdir before importing this module too, so that a bad one fails before TensorFlow
+loads; a claim is idempotent), (2) the training program
 (vmoe/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
 (4) compile the step and account its cost, (5) the loop: a step, then what is due after it: log,
 save a checkpoint, evaluate (vmoe/loop_actions.py), (6) summary.json
-(run_protocol.RunSummary).
+(run_outputs.RunSummary).
 
 From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
 process (vmoe/preemption.py: before a step or an evaluation batch): the state there is saved,
-one line says so, and the process exits with run_protocol's status for it. A checkpoint holds
+one line says so, and the process exits with run_outputs's status for it. A checkpoint holds
 the state and a loop_actions.RunRecord. It is saved before its step's evaluation, and a resumed
 run evaluates its first step again if the record lacks that evaluation (a stop, or a kill, came
 during it): the summary's eval_history has every evaluation once, as an uninterrupted run's.
@@ -27,6 +30,7 @@ from base import errors
 from base import host
 from data import pipeline
 from data import sources
+from evaluation import fewshot
 from vmoe import checkpointing
 from vmoe import console
 from vmoe import experiment as experiment_lib
@@ -34,7 +38,7 @@ from vmoe import flops
 from vmoe import loop_actions
 from vmoe import observability
 from vmoe import preemption
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import sharding
 from vmoe import train_evals
 from vmoe import train_program
@@ -58,34 +62,22 @@ def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rn
 
 
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
-                       config_file: str = '') -> run_protocol.RunSummary:
+                       config_file: str = '') -> run_outputs.RunSummary:
   """Trains `experiment` (vmoe/experiment.py parse) in `workdir`, resuming if it holds
-  checkpoints, and returns its summary; config_file is recorded in it."""
-  # 1. Checks of the data and the workdir before anything compiles (the config was checked when
-  # parsed).
-  check_data(experiment)
+  checkpoints, and returns its summary; config_file is recorded in it. Ctrl-C or SIGTERM stops
+  the run at a safe point (the module docstring)."""
+  # 1. The workdir's checks, then the data's (a UserError that says how to get a missing set),
+  # before anything compiles; the config was checked when parsed. A workdir that holds a run
+  # gives the batch sizes the user did not set (workdir.claim).
   experiment = workdir_lib.claim(workdir, experiment)
-  return train_claimed(experiment, workdir, config_file)
-
-
-def check_data(experiment: experiment_lib.Experiment) -> None:
-  """Stage 1's data checks: the training, evaluation and few-shot sets are there to read (a
-  UserError that says how to get them, if not)."""
   sources.check_available(experiment.data)
   train_evals.check_available(experiment.data, experiment.fewshot)
-
-
-def train_claimed(experiment: experiment_lib.Experiment, workdir: str,
-                  config_file: str = '') -> run_protocol.RunSummary:
-  """Stages 2 to 6, once stage 1 has run: `workdir` claimed for `experiment` (workdir.claim),
-  its data checked (check_data). main.py runs stage 1 in that order too: the workdir's checks
-  before the trainer's imports, the data's after. Ctrl-C or SIGTERM stops at a safe point."""
   with preemption.StopAgreement() as stop:
-    return train(experiment, workdir, config_file, stop)
+    return _train(experiment, workdir, config_file, stop)
 
 
-def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
-          stop: preemption.StopAgreement) -> run_protocol.RunSummary:
+def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
+           stop: preemption.StopAgreement) -> run_outputs.RunSummary:
   """Stages 2 to 6 of train_and_evaluate (the module docstring), stopping where `stop` says."""
   e = experiment
   # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
@@ -106,9 +98,9 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
   compiled_step = program.compile()
   cost = {'compile_seconds': time.perf_counter() - start,
           'flops_per_step': flops.compiled_flops(compiled_step), 'num_params': program.num_params()}
-  evaluator = sharding.with_mesh(train_evals.make_evaluator(
+  evaluator = train_evals.Evaluator(
       program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss, safe_point=stop.check), program.mesh)
+      loss=e.loss, num_steps=e.num_train_steps, safe_point=stop.check)
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.', cost['num_params'],
                cost['flops_per_step'], cost['compile_seconds'])
   parameter_overview.log_parameter_overview(program.abstract_state.params, include_stats=False)
@@ -122,7 +114,7 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
       e, workdir, program, train_iter, manager, writer, evaluator, record,
       loop_actions.TrainClock(record.train_seconds),
       observability.Progress(first_step, e.num_train_steps), last_saved=first_step)
-  evaluation_owed = first_step in run.evaluation_steps and not record.evaluated(first_step)
+  evaluation_owed = evaluator.schedule.due(first_step) and not record.evaluated(first_step)
   try:
     if evaluation_owed:
       run.evaluate(first_step, state=state)
@@ -145,20 +137,20 @@ def train(experiment: experiment_lib.Experiment, workdir: str, config_file: str,
 
 def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRecord, *,
               config_file: str, train_seconds: float, num_params: int, flops_per_step: float,
-              compile_seconds: float) -> run_protocol.RunSummary:
+              compile_seconds: float) -> run_outputs.RunSummary:
   """summary.json's record of a finished run: its identity, its last evaluation's results, every
   evaluation's precision@1, and its cost on this run's devices."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
-  return run_protocol.RunSummary(
+  return run_outputs.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,
       capacity=None if router is None else router.capacity_factor,
       softmax_combine=True if router is None else router.softmax_combine, seed=e.seed,
       dataset=e.data.name, steps=e.num_train_steps, num_params=num_params,
       upstream_prec1=final.get('upstream/prec@1'),
-      fewshot=train_evals.fewshot_table(final, 'best_l2'),
-      fewshot_cv=train_evals.fewshot_table(final, 'cv'),
+      fewshot=fewshot.summary_table(final, 'best_l2'),
+      fewshot_cv=fewshot.summary_table(final, 'cv'),
       train_device_seconds=train_seconds * jax.device_count(),
       device_kind=jax.devices()[0].device_kind, num_devices=jax.device_count(),
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
@@ -167,10 +159,10 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
                     for h in record.eval_history], **host.this_cpu())
 
 
-def write_summary(workdir: str, summary: run_protocol.RunSummary) -> None:
+def write_summary(workdir: str, summary: run_outputs.RunSummary) -> None:
   """Writes WORKDIR/summary.json (process 0) and prints the run's last line; every process
   returns only once the file exists (launch/sweep.py checks it to skip a finished run)."""
-  path = os.path.join(workdir, run_protocol.SUMMARY_FILE)
+  path = os.path.join(workdir, run_outputs.SUMMARY_FILE)
   if jax.process_index() == 0:
     with errors.disk_full_is_user_error(workdir, f'writing {path}', lambda: (
         f'The run is finished and its last checkpoint (step {summary.steps}) saved: free some '

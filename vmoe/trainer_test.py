@@ -24,11 +24,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from base import errors
-from base import full_disk_testutil as full_disk
-from vmoe import checkpoint_faults_testutil as checkpoint_faults
+from testing import full_disk
+from testing import checkpoint_faults
 from vmoe import checkpointing
 from vmoe import observability
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import train_step as train_lib
 from vmoe import trainer
 
@@ -64,7 +64,7 @@ class ShortRun(NamedTuple):
   """A finished short run: its workdir (not to be changed: copy it first) and the RunSummary that
   train_and_evaluate returned."""
   workdir: pathlib.Path
-  summary: run_protocol.RunSummary
+  summary: run_outputs.RunSummary
 
 
 # The tests that read the short runs run on one pytest-xdist worker (make test: --dist
@@ -103,7 +103,7 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
   with open(workdir / 'summary.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written == json.loads(json.dumps(summary.to_dict()))
-  assert run_protocol.RunSummary.from_dict(written) == summary    # Read through the same record.
+  assert run_outputs.RunSummary.from_dict(written) == summary    # Read through the same record.
   assert summary.steps == 40 and summary.router == 'lossfree_tc'
   assert summary.capacity == 1.0 and summary.arch == 'XS/7'
   assert summary.config == 'configs/tiny.py'
@@ -159,7 +159,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
   monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile', signalled_while_compiling)
   with pytest.raises(SystemExit) as stopped:
     trainer.train_and_evaluate(config, str(tmp_path))
-  assert stopped.value.code == run_protocol.PREEMPTED == 0
+  assert stopped.value.code == run_outputs.PREEMPTED == 0
   assert 'Preempted at step 0: nothing trained yet' in capsys.readouterr().out
   assert not os.listdir(tmp_path / 'checkpoints') and not losses(str(tmp_path))
   monkeypatch.undo()
@@ -191,7 +191,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
   monkeypatch.setattr(trainer.loop_actions.Actions, 'log', ctrl_c_during_step_15)
   with pytest.raises(SystemExit) as interrupted:
     trainer.train_and_evaluate(config, str(tmp_path))
-  assert interrupted.value.code == run_protocol.INTERRUPTED == 130
+  assert interrupted.value.code == run_outputs.INTERRUPTED == 130
   assert 'Interrupted at step 15: checkpoint saved' in capsys.readouterr().out
   # keep=2: the interrupt checkpoint is the newer of two, at the last step trained.
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['10', '15']
@@ -329,7 +329,7 @@ def test_a_full_disk_during_a_checkpoint_save_stops_with_one_message_and_exit_2(
 def test_a_full_disk_while_writing_the_summary_is_one_user_error_and_loses_nothing(
     tmp_path, monkeypatch):
   disk = tmp_path / 'disk'
-  summary = run_protocol.RunSummary(arch='XS/7', dataset='fashion_mnist', router='dense',
+  summary = run_outputs.RunSummary(arch='XS/7', dataset='fashion_mnist', router='dense',
                                     capacity=None, steps=40)
   with full_disk.small_disk(disk, 256 * 1024) as kind:
     (disk / 'metrics.jsonl').write_text('{"step": 40, "loss": 0.5}\n')   # Written before.
@@ -365,7 +365,7 @@ def test_a_run_prints_a_short_report_and_logs_the_rest_in_its_workdir(tmp_path):
   evals = [line for line in lines if line.startswith('eval at step ')]
   assert len(evals) == 1 and '10-shot: digits ' in evals[0]
   assert lines[-1].startswith('done: 40 steps | prec@1 ') and ' device-hours ' in lines[-1]
-  assert lines[-1].endswith(f'summary: {tmp_path / run_protocol.SUMMARY_FILE}')
+  assert lines[-1].endswith(f'summary: {tmp_path / run_outputs.SUMMARY_FILE}')
   log = (tmp_path / 'log.txt').read_text(encoding='utf-8')
   assert 'checkpoint_manager.py' in log and 'Load dataset info' in log   # orbax's, tfds'.
   assert all(line in log for line in lines)

@@ -191,7 +191,7 @@ class EncoderBlock(nn.Module):
     if self.moe is None:
       mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='mlp')
       return x + mlp(y, train=train), None
-    y, metrics = moe_lib.MoeMlp(
+    y, metrics = moe_lib.moe_mlp(
         num_experts=self.moe.num_experts, mlp_dim=self.mlp_dim, router=self.moe.router,
         group_size=self.moe.group_size, dispatch=self.moe.dispatch,
         expert_init=self.moe.expert_init, dropout_rate=self.dropout_rate, dtype=self.dtype,

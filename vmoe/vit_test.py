@@ -146,6 +146,31 @@ def test_every2_placement_in_parameter_tree():
   assert params['block_01']['moe']['router']['kernel'].shape == (64, 4)
 
 
+# The MoE block's parameters as checkpoints store them, path -> shape, for 'mu/4' (D = 32, MLP
+# 128) with E = 4 on 8 px images (5 tokens): restores and the sharding rules key on these paths.
+# Soft MoE's C = round(1 x 5 / 4) = 1 slot per expert.
+EXPERT_PATHS = {'experts/bi': (4, 128), 'experts/bo': (4, 32), 'experts/wi': (4, 32, 128),
+                'experts/wo': (4, 128, 32)}
+MOE_PATHS = {'softmax_ec': {**EXPERT_PATHS, 'router/kernel': (32, 4)},
+             'soft_moe': {**EXPERT_PATHS, 'router/phi': (32, 4, 1), 'router/scale': ()}}
+
+
+@pytest.mark.parametrize('router', sorted(MOE_PATHS))
+def test_moe_parameter_paths_are_the_checkpoints(router):
+  config = make_config('mu/4', router)
+  images = jax.ShapeDtypeStruct((2,) + config.model.image_shape, jnp.float32)
+  paths = {}
+  for remat in (False, True):
+    model = build(config).clone(remat=remat)
+    params = jax.eval_shape(lambda x, m=model: m.init(jax.random.PRNGKey(0), x)['params'], images)
+    paths[remat] = {jax.tree_util.keystr(path, simple=True, separator='/'): leaf.shape
+                    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+  assert paths[True] == paths[False]
+  moe_block = {k[len('block_01/moe/'):]: v for k, v in paths[False].items()
+               if k.startswith('block_01/moe/')}
+  assert moe_block == MOE_PATHS[router]
+
+
 def _init(config, batch=4):
   """(jitted model.apply, variables, images): real arrays at tiny shapes."""
   model = build(config)

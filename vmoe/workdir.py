@@ -1,6 +1,6 @@
 """A run's workdir, checked before anything compiles: writable, and holding no other run.
 
-WORKDIR/config.json (run_protocol.CONFIG_FILE) records the run's resolved config when it starts;
+WORKDIR/config.json (run_outputs.CONFIG_FILE) records the run's resolved config when it starts;
 a rerun resumes only if its config is the same but for the mesh, so that one workdir never mixes
 two experiments' checkpoints and metrics, while a run may go on over another number of devices
 with its recorded batch sizes (`guard`).
@@ -15,7 +15,7 @@ import jax
 from base import atomic
 from base import errors
 from vmoe import experiment as experiment_lib
-from vmoe import run_protocol
+from vmoe import run_outputs
 
 SHOWN_KEYS = 8   # The differing keys a refusal names.
 MESH = 'mesh'    # The config's section that is no part of a run's identity (guard).
@@ -54,7 +54,7 @@ def guard(workdir: str, experiment: experiment_lib.Experiment,
   code resolves it (experiment.resolve_recorded): keys added since it was written count as their
   defaults.
   """
-  path = os.path.join(workdir, run_protocol.CONFIG_FILE)
+  path = os.path.join(workdir, run_outputs.CONFIG_FILE)
   if not os.path.exists(path):
     if jax.process_index() == 0:
       with errors.disk_full_is_user_error(workdir, f'writing {path}',
@@ -72,7 +72,7 @@ def guard(workdir: str, experiment: experiment_lib.Experiment,
         'over).')
   previous = experiment_lib.resolve_recorded(previous)
   experiment = experiment_lib.with_recorded_batches(experiment, previous, fixed)
-  changed = [key for key in run_protocol.config_differences(previous, experiment.to_dict())
+  changed = [key for key in run_outputs.config_differences(previous, experiment.to_dict())
              if key.split('.')[0] != MESH]
   if changed:
     more = f', ... ({len(changed)} keys)' if len(changed) > SHOWN_KEYS else ''

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from base import errors
-from vmoe import run_protocol
+from vmoe import run_outputs
 from vmoe import workdir
 
 
@@ -27,7 +27,7 @@ def test_a_different_config_in_the_same_workdir_is_refused(tiny_experiment, tmp_
   run = tmp_path / 'run'
   workdir.claim(str(run), tiny_experiment('router=softmax_ec'))
   workdir.claim(str(run), tiny_experiment('router=softmax_ec'))   # The same: accepted.
-  assert sorted(p.name for p in run.iterdir()) == [run_protocol.CONFIG_FILE]   # Probe removed.
+  assert sorted(p.name for p in run.iterdir()) == [run_outputs.CONFIG_FILE]   # Probe removed.
   with pytest.raises(errors.UserError, match='holds a run of a different config.*moe'):
     workdir.guard(str(run), tiny_experiment('router=sinkhorn_ec'))
 
@@ -35,7 +35,7 @@ def test_a_different_config_in_the_same_workdir_is_refused(tiny_experiment, tmp_
 def test_a_workdir_of_the_older_config_format_is_refused_saying_so(tiny_experiment, tmp_path):
   # Records written before the mesh was resolved at parse time hold -1 for its automatic sizes.
   experiment = tiny_experiment('router=softmax_ec')
-  path = tmp_path / run_protocol.CONFIG_FILE
+  path = tmp_path / run_outputs.CONFIG_FILE
   path.write_text(json.dumps({**experiment.to_dict(), 'mesh': {'data': -1, 'expert': 1}}))
   with pytest.raises(errors.UserError, match=r'config.json records its mesh with automatic '
                                              r'\(-1\) sizes: .*older trainer.*new --workdir'):
@@ -56,7 +56,7 @@ def recorded_before(config: dict, key: str) -> dict:
 
 def record(path, config: dict) -> str:
   """Writes `config` as the config.json of workdir `path`; returns the workdir."""
-  (path / run_protocol.CONFIG_FILE).write_text(json.dumps(config))
+  (path / run_outputs.CONFIG_FILE).write_text(json.dumps(config))
   return str(path)
 
 

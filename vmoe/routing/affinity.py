@@ -257,11 +257,9 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
   Why this solver: under vmap over routing groups, data-dependent control flow runs every branch
   for every group until the slowest group is done, so a line search (optax.lbfgs's default zoom,
   or backtracking) costs several projections per step; a unit L-BFGS step costs one, and keeping
-  the best iterate stands in for the line search's safeguard. The measurement that chose it was
-  made at commit a8a6f16^, when bench/ also solved the same semi-dual with optax's line searches
-  (`git show 46c1fa7^:bench/results/sparsity_solver.json`): unit steps took less than half the
-  time of backtracking steps and reached about the same mean |row sum - 1|, far below that of
-  alpha = 0 (plain Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly
+  the best iterate stands in for the line search's safeguard, and on the same semi-dual unit steps
+  reach about the mean |row sum - 1| of backtracking steps, far below that of alpha = 0 (plain
+  Expert Choice on S). The step scale (see _solve_semi_dual) matters for nearly
   uniform scores: without it, neither unit steps nor backtracking moved from alpha = 0 for logits
   of std 0.01.
 

@@ -199,4 +199,4 @@ EXPERT_CHOICE = Allocation(
     names.EXPERT_CHOICE,
     lambda scores, capacity, config: allocation.expert_choice_slots(scores, capacity),
     check_expert_choice)
-SOFT = Allocation(names.SOFT, None)
+SOFT = Allocation(names.SOFT_ALLOCATION, None)

@@ -87,7 +87,6 @@ lab_routers.register()   # The routers published after the paper.
 registry.BUILT_IN.update(registry.ROUTERS)
 ROUTERS = registry.ROUTERS
 PAPER_ROUTERS = names.PAPER_ROUTERS
-SOFT = names.SOFT
 RouterSpec = registry.RouterSpec
 get_router_spec = registry.get
 

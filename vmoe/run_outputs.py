@@ -1,4 +1,5 @@
-"""What a training run tells those who start it and read it (launch.sweep, results/).
+"""What a training run leaves for those who start it and read it (launch.sweep, results/): its
+exit status, its config.json and its summary.json.
 
 A light module on purpose (no jax): the sweep and the tables read these without importing the
 trainer.

@@ -1,6 +1,5 @@
-"""Test-only (`_testutil`: no library module imports it): damage done to a saved checkpoint, as
-disks, copies and kill -9 do it, for the recovery tests (vmoe/checkpointing_test.py,
-vmoe/trainer_test.py)."""
+"""Damage done to a saved checkpoint, as disks, copies and kill -9 do it, for the recovery tests
+(vmoe/checkpointing_test.py, vmoe/trainer_test.py)."""
 import glob
 import os
 import shutil

@@ -1,6 +1,4 @@
-"""Test-only (`_testutil`: no library module imports it): a small file system to fill up, for the
-tests of a full disk (ENOSPC) in base/atomic_test.py, vmoe/checkpointing_test.py and
-vmoe/trainer_test.py.
+"""A small file system to fill up, for the tests of a full disk (ENOSPC).
 
 `small_disk(path, size)` mounts a tmpfs of `size` bytes at `path` when this process may mount
 (root, as in the project's container) and yields 'tmpfs'; otherwise it yields 'simulated', warns

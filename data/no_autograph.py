@@ -1,4 +1,4 @@
-"""The functions the input pipelines hand to tf.data, traced as they are written.
+"""Functions the input pipelines hand to tf.data, traced without AutoGraph, as they are written.
 
 tf.data runs AutoGraph over every function given to Dataset.map or flat_map: it rewrites Python
 `if`, `for` and `while` on tensors into graph control flow, and pays for that in Python (its

@@ -35,7 +35,7 @@ def test_each_tests_cpu_lands_on_it(tmp_path):
   env = {**os.environ, 'PYTHONPATH': REPO}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)     # The session's: the jit must compile here.
   subprocess.run([sys.executable, '-m', 'pytest', '-q', '-n', '1', '-p', 'no:cacheprovider',
-                  '-p', 'base.cpu_report_testutil', '--cpu-report=report.json',
+                  '-p', 'testing.cpu_report', '--cpu-report=report.json',
                   'burn_test.py'], cwd=tmp_path, env=env, check=True, capture_output=True)
   report = json.loads((tmp_path / 'report.json').read_text())
   tests = {t['test'].split('::')[1]: t for t in report['tests']}

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from base import watchdog
+from testing import watchdog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +39,7 @@ def test_a_timeout_dumps_every_threads_stack_then_raises(capfd):
 
 def test_hard_deadline_dumps_the_stacks_and_ends_the_process():
   # The main thread sleeps inside the block: no Python code runs, faulthandler's thread still does.
-  code = ('import sys, time\nfrom base import watchdog\n'
+  code = ('import sys, time\nfrom testing import watchdog\n'
           'with watchdog.hard_deadline(0.2, file=sys.stderr):\n  time.sleep(30)\n')
   result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
                           text=True, timeout=20)
