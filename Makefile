@@ -6,8 +6,9 @@
 #   make demo      the main job: one seed of the tiny study (dense ViT and the six routers at
 #                  c = 1, 2 runs at a time) on embedded Fashion-MNIST; tables, figures, routing
 #                  maps and its numbers beside the committed study's in results/demo/ (git-ignored)
-#   make study     the committed tiny study: dense, 6 routers x c in {1, 2} and the softmax-combine
-#                  ablation, $(STUDY_SEEDS) seeds, resumable; each finished run's summary.json goes
+#   make study     the committed tiny study: dense, the 6 paper routers and the 5 after it
+#                  (STUDY_ROUTERS) x c in {1, 2}, and the softmax-combine ablation, $(STUDY_SEEDS)
+#                  seeds, seed by seed, resumable; each finished run's summary.json goes
 #                  to results/tiny/runs/ (to commit), then results/tiny/ is regenerated from them
 #   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
@@ -31,7 +32,9 @@ ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
 STUDY_RUNS := results/tiny/runs
-STUDY_SEEDS ?= 3
+STUDY_SEEDS ?= 5
+# The study's routers: the dense ViT, the paper's six, and the five after it (vmoe/routing/lab_routers.py).
+STUDY_ROUTERS := dense,softmax_tc,sinkhorn_tc,softmax_ec,sinkhorn_ec,sparsity_ec,soft_moe,sigmoid_tc,lossfree_tc,base,topp_tc,random_tc
 TABLES_RUNS ?= $(STUDY_RUNS)
 TABLES_OUT ?= results/tiny
 # The tiny runs log to TensorBoard and metrics.jsonl only: wandb's start-up (~4 s a run) is left
@@ -100,7 +103,7 @@ demo: install
 
 study: install
 	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/study --seeds $(STUDY_SEEDS) --include-ablation \
-	  --records $(STUDY_RUNS)
+	  --routers $(STUDY_ROUTERS) --records $(STUDY_RUNS)
 	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
 	$(PY) -m results.tables --runs $(STUDY_RUNS) --out results/tiny
 

@@ -210,9 +210,10 @@ def test_bfloat16_dispatch_combines_in_float32_as_v_moe(router, dispatch):
   assert np.all(np.abs(found - exact) <= bound), np.max(np.abs(found - exact) - bound)
   # The bound tells a bfloat16 combine (weights and sums rounded to 8 bits, the former default)
   # from this one: rounding the weights alone already moves some token's output past it.
+  # (random_tc's weights, 1/k, are bfloat16 numbers already: nothing to tell apart.)
   to_bfloat16 = lambda a: as_float64(jnp.asarray(a, jnp.float32).astype(jnp.bfloat16))
   bfloat16_combine = np.einsum('gsec,egcd->gsd', to_bfloat16(c), expert_outputs)
-  assert np.any(np.abs(bfloat16_combine - exact) > bound)
+  assert np.any(np.abs(bfloat16_combine - exact) > bound) or np.array_equal(to_bfloat16(c), c)
 
 
 def test_unknown_dtypes_name_the_key(small):
