@@ -240,6 +240,26 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
                saved_params(str(uninterrupted), 40))
 
 
+@SHARES_SHORT_RUN
+def test_a_checkpoint_of_another_process_count_is_refused_before_the_step_compiles(
+    short_config, short_run, tmp_path, monkeypatch):
+  # The short run's checkpoints, as if 2 processes had written them: the data order is per host
+  # (data/pipeline.py), so one process cannot go on with it.
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(short_run('float32').workdir, workdir)
+  for step in (30, 40):
+    path = workdir / 'checkpoints' / str(step) / 'record' / 'metadata'
+    record = json.loads(path.read_text())
+    record['data']['process_count'] = 2
+    path.write_text(json.dumps(record))
+  monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile',
+                      lambda *args: pytest.fail('compiled the step'))
+  with pytest.raises(errors.UserError, match=(
+      r'^The checkpoint of step 40 was written by 2 processes and this run has 1: .* Rerun it on '
+      r'2 processes, or use a new --workdir\.$')):
+    trainer.train_and_evaluate(short_config(), str(workdir))
+
+
 def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
   """main.py (or `main`, python's arguments before the flags) on the short tiny config; its output
   goes to a pipe, or to the file `log`, with stderr (or to a pipe of its own: stderr=PIPE). Runs
