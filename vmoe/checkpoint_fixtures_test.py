@@ -22,6 +22,7 @@ import numpy as np
 
 from vmoe import checkpointing
 from vmoe import experiment as experiment_lib
+from vmoe import loop_actions
 from vmoe import run_outputs
 from vmoe import state_checksum
 from vmoe import train_program
@@ -86,6 +87,9 @@ def test_checkpoint_v1_restores_intact(tmp_path):
   # Saved before its step's evaluation (vmoe/trainer.py), after the iterator read 2 batches.
   assert record['eval_history'] == [] and record['data'] is not None
   assert experiment.num_train_steps == 2
+  # Its record predates the segments: the trainer reads it with none (summary.json then lists
+  # the segments trained since).
+  assert loop_actions.RunRecord(**record).segments == []
 
 
 def test_checkpoint_v1_restores_with_the_router_state_at_its_initial_value(tmp_path):

@@ -33,16 +33,35 @@ class RunRecord:
 
   data: the training iterator's position (data/pipeline.py get_state; None before any save);
   train_seconds: the time spent training so far (TrainClock); eval_history: every evaluation's
-  results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it).
-  The RNG keys need no record: each step's key derives from the seed and the step.
+  results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it);
+  segments: where each process lifetime that trained steps ran them, [{'first_step',
+  'last_step', **devices_of(mesh)}] in order, up to the step saved (summary.json's segments: a
+  run may resume on another mesh). The RNG keys need no record: each step's key derives from
+  the seed and the step.
   """
   data: dict | None = None
   train_seconds: float = 0.0
   eval_history: list[dict] = dataclasses.field(default_factory=list)
+  segments: list[dict] = dataclasses.field(default_factory=list)
 
   def evaluated(self, step: int) -> bool:
     """Whether the history holds an evaluation after `step`."""
     return any(entry['step'] == step for entry in self.eval_history)
+
+  def trained(self, first_step: int, last_step: int, devices: dict) -> None:
+    """Records that this process trained steps first_step..last_step on `devices`
+    (devices_of): the segment that starts at first_step is extended, or a new one added. A
+    resumed process starts after the last step its checkpoint's record holds, so a segment's
+    first step names it."""
+    if self.segments and self.segments[-1]['first_step'] == first_step:
+      self.segments.pop()
+    self.segments.append({'first_step': first_step, 'last_step': last_step, **devices})
+
+
+def devices_of(mesh: jax.sharding.Mesh) -> dict:
+  """A segment's devices: the mesh's shape ({'data': 2, 'expert': 4}), size and device kind."""
+  return {'mesh': dict(mesh.shape), 'num_devices': int(mesh.size),
+          'device_kind': mesh.devices.flat[0].device_kind}
 
 
 class TrainClock:
@@ -78,7 +97,7 @@ class Actions:
   """What the loop does besides training steps, each pausing the clock: log, save and evaluate,
   run by `after_step` when due; `stop` ends the run on a stop request. It keeps the losses not
   yet checked for NaN (`pending`: they are read only at log and checkpoint steps, since reading
-  one waits for its step) and the last step saved."""
+  one waits for its step), the last step saved and the first step this process trains."""
   experiment: experiment_lib.Experiment
   workdir: str
   program: train_program.TrainProgram
@@ -90,6 +109,7 @@ class Actions:
   clock: TrainClock
   progress: observability.Progress
   last_saved: int
+  first_trained: int
   pending: list = dataclasses.field(default_factory=list)
 
   def check_losses(self):
@@ -126,11 +146,13 @@ class Actions:
       self.progress.report(step, float(metrics['loss']))
 
   def save(self, step: int, *, state):
-    """Starts saving `state` and the record (data position, training time) in the background."""
+    """Starts saving `state` and the record (data position, training time, this process's
+    segment) in the background."""
     with self.clock.paused(state):
       self.check_losses()
       self.record.data = self.train_iter.get_state()
       self.record.train_seconds = self.clock.seconds
+      self.record.trained(self.first_trained, step, devices_of(self.program.mesh))
       checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
       self.last_saved = step
 

@@ -38,9 +38,12 @@ class RunSummary:
   checked to differ only in their seed. Results: upstream_prec1 (the last evaluation),
   fewshot / fewshot_cv ({dataset: {shots: accuracy}}, best-l2 and CV conventions),
   router_metrics, eval_history ([{step, upstream_prec1}]). Cost: train_device_seconds (summed
-  over devices), device_kind, num_devices, flops_per_step, compile_seconds. cpu_model and
-  cpu_flags (base/host.py): the host CPU and its SIMD extensions; a run on another CPU kind is
-  another seed, not a bit-identical copy. Summaries written before a key existed read it as None.
+  over devices), device_kind, num_devices, flops_per_step, compile_seconds. segments: where the
+  steps ran, one entry per process lifetime that trained some, [{first_step, last_step, mesh:
+  {data, expert}, num_devices, device_kind}] (a run may resume on another mesh: vmoe/
+  loop_actions.py RunRecord). cpu_model and cpu_flags (base/host.py): the host CPU and its SIMD
+  extensions; a run on another CPU kind is another seed, not a bit-identical copy. Summaries
+  written before a key existed read it as None.
   """
   arch: str
   dataset: str
@@ -65,6 +68,7 @@ class RunSummary:
   resolved_config: dict | None = None
   cpu_model: str | None = None
   cpu_flags: list | None = None
+  segments: list | None = None
 
   def to_dict(self) -> dict:
     """The JSON object written to summary.json."""

@@ -113,7 +113,8 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   run = loop_actions.Actions(
       e, workdir, program, train_iter, manager, writer, evaluator, record,
       loop_actions.TrainClock(record.train_seconds),
-      observability.Progress(first_step, e.num_train_steps), last_saved=first_step)
+      observability.Progress(first_step, e.num_train_steps), last_saved=first_step,
+      first_trained=first_step + 1)
   evaluation_owed = evaluator.schedule.due(first_step) and not record.evaluated(first_step)
   try:
     if evaluation_owed:
@@ -156,7 +157,7 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
-                    for h in record.eval_history], **host.this_cpu())
+                    for h in record.eval_history], segments=record.segments, **host.this_cpu())
 
 
 def write_summary(workdir: str, summary: run_outputs.RunSummary) -> None:

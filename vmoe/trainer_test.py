@@ -115,6 +115,8 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
   assert summary.num_params > 0 and summary.flops_per_step > 0
   assert summary.train_device_seconds > 0 and summary.device_kind
   assert [h['step'] for h in summary.eval_history] == [20, 40]
+  assert summary.segments == [{'first_step': 1, 'last_step': 40, 'mesh': {'data': 1, 'expert': 1},
+                               'num_devices': 1, 'device_kind': summary.device_kind}]
   # The router's state moved: after 40 steps each bias is a sum of 40 steps of +-1e-3 or 0, and
   # the checkpoint holds it beside the parameters.
   bias = saved_state(str(workdir), 40)['router_state']['block_01']['moe']['router']['state']['bias']
@@ -225,6 +227,8 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   summary = trainer.train_and_evaluate(short_config(), str(workdir))
   assert summary.steps == 40
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['30', '40', 'corrupt-40']
+  # Two segments: the first run's up to its checkpoint 30, this run's from there.
+  assert [(s['first_step'], s['last_step']) for s in summary.segments] == [(1, 30), (31, 40)]
   # Steps 31-40 were trained twice (metrics.jsonl has two loss records of each), the second time
   # from step 30's checkpoint, by the same compiled program (the session's compilation cache,
   # conftest.py): bit-identical.
@@ -234,6 +238,26 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   assert sorted(trained) == sorted([*range(1, 41), *range(31, 41)])
   jax.tree.map(np.testing.assert_array_equal, saved_params(str(workdir), 40),
                saved_params(str(uninterrupted), 40))
+
+
+@SHARES_SHORT_RUN
+def test_a_checkpoint_of_another_process_count_is_refused_before_the_step_compiles(
+    short_config, short_run, tmp_path, monkeypatch):
+  # The short run's checkpoints, as if 2 processes had written them: the data order is per host
+  # (data/pipeline.py), so one process cannot go on with it.
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(short_run('float32').workdir, workdir)
+  for step in (30, 40):
+    path = workdir / 'checkpoints' / str(step) / 'record' / 'metadata'
+    record = json.loads(path.read_text())
+    record['data']['process_count'] = 2
+    path.write_text(json.dumps(record))
+  monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile',
+                      lambda *args: pytest.fail('compiled the step'))
+  with pytest.raises(errors.UserError, match=(
+      r'^The checkpoint of step 40 was written by 2 processes and this run has 1: .* Rerun it on '
+      r'2 processes, or use a new --workdir\.$')):
+    trainer.train_and_evaluate(short_config(), str(workdir))
 
 
 def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
