@@ -16,6 +16,11 @@
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
 #                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
 #                  resumable, cached in workdirs/plan)
+#   make rehearsal configs/b32_sinkhorn_ec.py end to end at the paper's shapes on 8 simulated CPU
+#                  devices (E = 16 experts): generated ImageNet archives, the builders, a few
+#                  steps, a preemption, a resume, 10-shot over 1,000 classes; peak memory and
+#                  checkpoint size in $(WORKDIRS)/rehearsal/rehearsal.json (launch/rehearsal.py;
+#                  up to 45 minutes of 2 cores, about 19 GiB of memory, 15 GB of disk)
 #   make tables    tables, figures and claims from every summary.json under $(TABLES_RUNS), in
 #                  $(TABLES_OUT): by default the committed study's (results/tiny/runs -> results/tiny)
 SHELL := /bin/bash
@@ -27,7 +32,7 @@ TPU_COMPILER_STAMP := $(VENV)/tpu-compiler/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo study plan
+.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo study plan rehearsal
 ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
@@ -106,6 +111,9 @@ study: install
 	  --routers $(STUDY_ROUTERS) --records $(STUDY_RUNS)
 	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
 	$(PY) -m results.tables --runs $(STUDY_RUNS) --out results/tiny
+
+rehearsal: install
+	$(PY) -m launch.rehearsal run --dir $(WORKDIRS)/rehearsal
 
 plan: install tpu-compiler
 	$(PY) -m launch.plan --out docs/scaling.md

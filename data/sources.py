@@ -296,10 +296,13 @@ def _imagenet21k_missing(data_config, builder) -> str:
       f'(the "whole" ImageNet-21k archive, release {builder.builder_config.name}).')
 
 
+# What TFDS's imagenet2012 builder reads from the manual_dir (its test archive is optional).
+IMAGENET2012_ARCHIVES = ('ILSVRC2012_img_train.tar', 'ILSVRC2012_img_val.tar')
+
+
 def _imagenet2012_missing(data_config, builder) -> str:
   return _build_steps(
-      data_config, builder, 'ImageNet-1k (imagenet2012)',
-      ['ILSVRC2012_img_train.tar', 'ILSVRC2012_img_val.tar'],
+      data_config, builder, 'ImageNet-1k (imagenet2012)', list(IMAGENET2012_ARCHIVES),
       'Register at https://image-net.org/download-images.php and download, from the ILSVRC2012 '
       'page, "Training images (Task 1 & 2)" ILSVRC2012_img_train.tar (138 GB) and "Validation '
       'images (all tasks)" ILSVRC2012_img_val.tar (6.3 GB).')
