@@ -345,6 +345,8 @@ def _tiny(**changes):
     ({'moe.num_experts': 1, 'moe.router.capacity_factor': 2.0}, 1,
      'selects k=2 experts per token but only E=1 experts exist'),
     ({'moe.every': 5}, 1, 'moe.every=5 places no MoE layer in a 4-block model'),
+    ({'moe.last': 3}, 1, 'moe.last=3 but Every-2 places 2 MoE layers in a 4-block model'),
+    ({'moe.dropout_rate': 1.0}, 1, r'moe.dropout_rate must be in \[0, 1\) or None'),
     ({'moe.dispatch': 'sorted'}, 1, "unknown moe.dispatch 'sorted'"),
     ({'loss': 'hinge'}, 1, "unknown loss 'hinge'"),
     ({'model.pool': 'max'}, 1, "unknown model.pool 'max'"),
