@@ -53,10 +53,11 @@ def build_abstract(config) -> dict:
   return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
 
 
-def test_the_config_files_are_the_papers_18_tiny_and_the_router_lab():
+def test_the_config_files_are_the_papers_18_tiny_the_router_lab_and_the_imagenet_rung():
   names = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIG_DIR, '*.py'))}
   names -= LIBRARY_FILES | {n for n in names if n.endswith('_test')}
-  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny', 'router_lab'}
+  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny', 'router_lab', 'ilsvrc_s32',
+                                                          'ilsvrc_s32_vmoe'}
 
 
 @pytest.mark.parametrize('arch', ['b32', 'b16', 'l16'])
