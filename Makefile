@@ -12,7 +12,9 @@
 #                  to results/tiny/runs/ (to commit), then results/tiny/ is regenerated from them
 #   make sweep ARCH=b32 [SEEDS=3] [OVERRIDES=--config.KEY=VALUE]   the 12 paper runs of one
 #                  architecture + the softmax-combine ablation, in $(WORKDIRS)/ARCH; finished
-#                  runs are skipped, so a killed sweep resumes
+#                  runs are skipped, so a killed sweep resumes. ARCH=ilsvrc_s32: the same grid on
+#                  the ImageNet-1k rung (configs/ilsvrc_s32.py; its published cell is
+#                  configs/ilsvrc_s32_vmoe.py)
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
 #                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
 #                  resumable, cached in workdirs/plan)

@@ -195,7 +195,7 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       train_images=imagenet21k_splits.TRAIN_IMAGES)   # What num_train_steps counts; checked.
 
 
-def _embedded_stand_in(config: mlc.ConfigDict) -> None:
+def embedded_stand_in(config: mlc.ConfigDict) -> None:
   """The runlocal data of a paper config (in place): Fashion-MNIST as RGB at the model's image
   size, its labels one-hot over the config's classes, and 10-shot digits, all embedded (prepared
   in seconds; `python -m data.prepare embedded`), so that the CPU mode needs no ImageNet."""
@@ -211,7 +211,7 @@ def _embedded_stand_in(config: mlc.ConfigDict) -> None:
                                   every_steps=config.fewshot.every_steps)
 
 
-def _imagenet_fewshot_pp(image_size: int) -> str:
+def imagenet_fewshot_pp(image_size: int) -> str:
   """V-MoE common_fewshot.py's preprocessing, at `image_size` (224 in the paper).
 
   V-MoE's get_fewshot: process = 'decode|resize(256)|central_crop(224)|value_range(-1, 1)|
@@ -266,7 +266,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
   # imagenet2012_subset/10pct (a 10% subset of train) and evaluates every 25k steps.
   config.fewshot = fewshot_config({'imagenet2012': ('train', 'validation')},
-                                  _imagenet_fewshot_pp(image_size), batch_size=4096,
+                                  imagenet_fewshot_pp(image_size), batch_size=4096,
                                   every_steps=25_000)
   # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background. keep = 2 here, so that a
   # corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py; fidelity doc).
@@ -282,7 +282,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
     # on embedded images in place of ImageNet.
     config.model.variant = f'mu/{patch}'
     config.model.image_size = 2 * int(patch)
-    _embedded_stand_in(config)
+    embedded_stand_in(config)
     runlocal(config)
   return config
 

@@ -53,10 +53,11 @@ def build_abstract(config) -> dict:
   return jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x)['params'], images)
 
 
-def test_the_config_files_are_the_papers_18_tiny_and_the_router_lab():
+def test_the_config_files_are_the_papers_18_tiny_the_router_lab_and_the_imagenet_rung():
   names = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIG_DIR, '*.py'))}
   names -= LIBRARY_FILES | {n for n in names if n.endswith('_test')}
-  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny', 'router_lab'}
+  assert names == set(PAPER_FILES) | set(DENSE_FILES) | {'tiny', 'router_lab', 'ilsvrc_s32',
+                                                          'ilsvrc_s32_vmoe'}
 
 
 @pytest.mark.parametrize('arch', ['b32', 'b16', 'l16'])
@@ -345,6 +346,8 @@ def _tiny(**changes):
     ({'moe.num_experts': 1, 'moe.router.capacity_factor': 2.0}, 1,
      'selects k=2 experts per token but only E=1 experts exist'),
     ({'moe.every': 5}, 1, 'moe.every=5 places no MoE layer in a 4-block model'),
+    ({'moe.last': 3}, 1, 'moe.last=3 but Every-2 places 2 MoE layers in a 4-block model'),
+    ({'moe.dropout_rate': 1.0}, 1, r'moe.dropout_rate must be in \[0, 1\) or None'),
     ({'moe.dispatch': 'sorted'}, 1, "unknown moe.dispatch 'sorted'"),
     ({'loss': 'hinge'}, 1, "unknown loss 'hinge'"),
     ({'model.pool': 'max'}, 1, "unknown model.pool 'max'"),

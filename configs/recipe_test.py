@@ -39,6 +39,10 @@ SHARED_RECIPE = {
     'data.num_classes': 21_843, 'model.num_classes': 21_843,   # NUM_CLASSES (fidelity D2).
     'moe.every': 2, 'moe.num_experts': 32, 'moe.group_size': 8,
     'moe.expert_init': 'shared',               # split_rngs=False: one init for every expert.
+    'moe.last': 0,                             # Every-2 in every block pair, not Last-N.
+    'moe.dropout_rate': None,                  # The model's: 0.0 (moe.dropout_rate = 0.0).
+    'moe.router.num_selected_experts': None,   # The paper's convention: k is c.
+    'moe.router.eval_capacity_factor': None,   # Evaluation at the training capacity.
     'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/moe_test.py).
     'moe.dispatch_dtype': 'bfloat16',          # dispatcher.bfloat16 = True (fidelity D3).
     'model.dtype': 'float32', 'model.remat': False,   # Float32 model (V-MoE's); no remat.

@@ -15,6 +15,11 @@
   imagenet2012        TFDS imagenet2012 ('train', 'validation'), built once with
                       `python -m data.prepare build` from ILSVRC2012_img_{train,val}.tar in
                       data.manual_dir (TFDS's builder needs the package importlib_resources).
+  imagenet_v2         TFDS imagenet_v2 ('test', 10,000 images), downloaded by
+                      `python -m data.prepare build imagenet_v2` (no account needed).
+  imagenet2012_real   TFDS imagenet2012_real ('validation' with ReaL's multi-labels in
+                      'real_label'), built from ILSVRC2012_img_val.tar in data.manual_dir (the
+                      labels are downloaded).
   multilabel_records  multi-label TFRecord / ArrayRecord files (data.files, data.file_format;
                       format in data/records.py). A '{split}' in data.files is replaced by the
                       split name; without it the only split is 'all'.
@@ -88,12 +93,22 @@ class TfdsSource:
   missing: (data_config, builder) -> the steps that obtain the data, for a builder not prepared.
   size_note: what a training split of the wrong size (data.train_images) should have been, and
     where to get it; appended to that error.
+  label_key: the feature holding the labels: an int class ('label'), or a list of them (ReaL's
+    'real_label': a multi-label source, whose Records have num_classes None).
   """
   make_builder: Callable
   prepare: Callable | None
   missing: Callable[..., str] | None
   aliases: dict = dataclasses.field(default_factory=dict)
   size_note: str = ''
+  label_key: str = 'label'
+
+  def _classes(self, features) -> tuple[int, bool]:
+    """(classes of the label feature, whether each example holds a list of them)."""
+    label = features[self.label_key]
+    if isinstance(label, tfds.features.Sequence):
+      return label.feature.num_classes, True
+    return label.num_classes, False
 
   def builder(self, data_config, release: str | None):
     """The prepared builder; embedded sets are prepared here, others fail with the steps."""
@@ -127,7 +142,7 @@ class TfdsSource:
         sizes.append(builder.info.splits[spec].num_examples)
       except (KeyError, ValueError, AssertionError) as e:
         raise errors.UserError(self._bad_split(builder, split, e)) from None
-    return builder.info.features['label'].num_classes, sizes
+    return self._classes(builder.info.features)[0], sizes
 
   def skipped_images(self, data_config, release) -> int:
     """How many undecodable images the build left out (listed in its metadata.json)."""
@@ -161,7 +176,7 @@ class TfdsSource:
         parse=lambda serialized: features.deserialize_example(serialized, decoders=skip_image),
         locate=_tfds_locator(builder, spec),
         check=check_command(data_config, split),
-        num_classes=features['label'].num_classes,
+        num_classes=None if self._classes(features)[1] else self._classes(features)[0],
         label_index=os.path.join(builder.data_dir, 'labels-' + re.sub(r'[^\w.%-]', '_', spec)
                                  + '.npy'))
 
@@ -265,6 +280,16 @@ def _imagenet2012_builder(data_config, release, **kwargs):
   return tfds.builder('imagenet2012', data_dir=data_config.data_dir, **kwargs)
 
 
+def _imagenet_v2_builder(data_config, release, **kwargs):
+  del release
+  return tfds.builder('imagenet_v2', data_dir=data_config.data_dir, **kwargs)
+
+
+def _imagenet2012_real_builder(data_config, release, **kwargs):
+  del release
+  return tfds.builder('imagenet2012_real', data_dir=data_config.data_dir, **kwargs)
+
+
 def _archive_status(manual_dir: str | None, files: list[str]) -> str:
   if not manual_dir:
     return 'data.manual_dir is not set.'
@@ -306,6 +331,20 @@ def _imagenet2012_missing(data_config, builder) -> str:
       'Register at https://image-net.org/download-images.php and download, from the ILSVRC2012 '
       'page, "Training images (Task 1 & 2)" ILSVRC2012_img_train.tar (138 GB) and "Validation '
       'images (all tasks)" ILSVRC2012_img_val.tar (6.3 GB).')
+
+
+def _imagenet_v2_missing(data_config, builder) -> str:
+  del builder
+  return (f'ImageNet-V2 (imagenet_v2) is not prepared in {_data_dir(data_config)}. Download and '
+          f'build it once (1.2 GB, no account): cd {_repo()} && .venv/bin/python -m data.prepare '
+          f'build imagenet_v2 --data_dir={_data_dir(data_config)}')
+
+
+def _imagenet2012_real_missing(data_config, builder) -> str:
+  return _build_steps(
+      data_config, builder, 'ImageNet-ReaL (imagenet2012_real)', ['ILSVRC2012_img_val.tar'],
+      'Register at https://image-net.org/download-images.php and download "Validation images '
+      '(all tasks)" ILSVRC2012_img_val.tar (6.3 GB); the ReaL labels are downloaded by the build.')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,6 +450,9 @@ SOURCES = {
                               aliases=imagenet21k_splits.SPLIT_ALIASES,
                               size_note=_IMAGENET21K_SIZE_NOTE),
     'imagenet2012': TfdsSource(_imagenet2012_builder, None, _imagenet2012_missing),
+    'imagenet_v2': TfdsSource(_imagenet_v2_builder, None, _imagenet_v2_missing),
+    'imagenet2012_real': TfdsSource(_imagenet2012_real_builder, None, _imagenet2012_real_missing,
+                                    label_key='real_label'),
     'multilabel_records': RecordFilesSource(),
 }
 

@@ -5,6 +5,7 @@ import os
 import pytest
 import tensorflow_datasets as tfds
 
+from data import config as data_config_lib
 from data import embedded
 from data import sources
 from testing.data import data_config
@@ -16,7 +17,8 @@ def replace(config, **changes):
 
 
 def test_unknown_source_lists_valid_names():
-  with pytest.raises(ValueError, match='valid: digits, fashion_mnist, imagenet2012, imagenet21k, '
+  with pytest.raises(ValueError, match='valid: digits, fashion_mnist, imagenet2012, '
+                                       'imagenet2012_real, imagenet21k, imagenet_v2, '
                                        'multilabel_records'):
     sources.check_available(data_config(name='jft300m'))
   with pytest.raises(ValueError, match='valid: imagenet21k/fall11, imagenet21k/winter21'):
@@ -44,6 +46,35 @@ def test_missing_imagenet2012_gives_the_steps(tmp_path):
   # Opening a split gives the same steps.
   with pytest.raises(FileNotFoundError, match='ILSVRC2012_img_train.tar: MISSING'):
     sources.open_split(config, 'validation')
+
+
+def test_missing_imagenet_v2_and_real_give_their_steps(tmp_path):
+  # The ImageNet-1k rung's evaluation sets (configs/ilsvrc_s32.py eval.sets; docs/data.md).
+  data_dir = tmp_path / 'tfds'
+  v2 = sources_lib_config('imagenet_v2', data_dir)
+  with pytest.raises(FileNotFoundError, match='ImageNet-V2 .* not prepared'):
+    sources.get_source('imagenet_v2')[0].check(v2, None, ['test'])
+  real = sources_lib_config('imagenet2012_real', data_dir)
+  with pytest.raises(FileNotFoundError) as error:
+    sources.get_source('imagenet2012_real')[0].check(real, None, ['validation'])
+  assert 'ILSVRC2012_img_val.tar' in str(error.value)
+  assert 'python -m data.prepare build imagenet2012_real --manual_dir=MANUAL_DIR' in str(
+      error.value)
+
+
+def test_real_is_multi_label(tmp_path):
+  # ReaL's labels are lists ('real_label'): the records have no single-label class count, and
+  # multi_hot makes the (B, 1000) targets that precision@1 reads.
+  config = sources_lib_config('imagenet2012_real', tmp_path)
+  with tfds.testing.mock_data(num_examples=4):
+    records = sources.open_split(config, 'validation')
+    assert records.num_classes is None
+    assert sources.get_source('imagenet2012_real')[0]._classes(
+        tfds.builder('imagenet2012_real').info.features) == (1000, True)
+
+
+def sources_lib_config(name, data_dir):
+  return data_config_lib.DataSource(name, data_dir=str(data_dir))
 
 
 def test_missing_imagenet21k_without_manual_dir(tmp_path):

@@ -28,7 +28,7 @@ def _initial_share(rng, dim, num_experts, config):
 def _requests(inputs: registry.GroupInputs, scores, slot_token):
   """One group's requests per expert: every token's top k of the dispatch scores."""
   del slot_token   # Requests, before any token is dropped.
-  k = int(inputs.config.capacity_factor)
+  k = inputs.config.experts_per_token
   _, chosen = jax.lax.top_k(scores, k)                                  # (S, k)
   return {'requests': jnp.zeros(scores.shape[-1]).at[chosen.ravel()].add(1.0)}
 

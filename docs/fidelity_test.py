@@ -185,3 +185,14 @@ def test_only_collected_tests_count(tmp_path, monkeypatch):
         'line 1: x_test.py::test_a is not backticked, so it goes unchecked']
   finally:
     collected_tests.cache_clear()
+
+
+def test_the_imagenet_rung_has_its_block():
+  # configs/ilsvrc_s32*.py: each of V-MoE's ImageNet-1k model features and the data, schedule and
+  # evaluation have a row in the block of their own.
+  block = DOC.read_text().split('## The ImageNet-1k rung', 1)[1]
+  rows = ' '.join(cells[0] + cells[3] for _, cells in table_rows(block))
+  for key in ("'VMoE-S/32'", 'moe.last', 'num_selected_experts', 'eval_capacity_factor',
+              'moe.dropout_rate', 'representation_size', 'head_bias_init', "'train[:99%]'",
+              'imagenet_real', 'imagenet_v2', 'num_train_steps', 'peak_lr', 'mixup_alpha'):
+    assert key in rows, key

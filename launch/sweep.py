@@ -13,7 +13,8 @@ after the paper, or a user's own from --router-module, docs/routers.md). Seeds 0
   .venv/bin/python main.py --config=configs/b32_sinkhorn_tc.py:c=2 \\
       --workdir=workdirs/b32/sinkhorn_tc_c2_nosmc_s1 \\
       --config.moe.router.softmax_combine=False --config.seed=1
-(tiny: --config=configs/tiny.py:router=sinkhorn_tc,c=2; the baseline: configs/b32_dense.py or
+(tiny and the ImageNet-1k rung: --config=configs/tiny.py:router=sinkhorn_tc,c=2,
+configs/ilsvrc_s32.py:router=sinkhorn_tc,c=2; the baseline: configs/b32_dense.py or
 configs/tiny.py:router=dense), run from the repository root. Extra --config.KEY=VALUE arguments
 (e.g. --config.mesh.expert=32 on a TPU v3-32) go to every run.
 
@@ -48,8 +49,10 @@ from vmoe import run_outputs
 from vmoe.routing import names as router_names
 
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
-# 'B/32' -> 'b32'), and configs/tiny.py.
-ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ('tiny',)
+# 'B/32' -> 'b32'), and the configs with a router argument: configs/tiny.py and the ImageNet-1k
+# rung's configs/ilsvrc_s32.py.
+ARGUMENT_CONFIGS = ('tiny', 'ilsvrc_s32')
+ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ARGUMENT_CONFIGS
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
@@ -136,9 +139,9 @@ def config_arg(run: GridRun) -> str:
   without a paper config file 'configs/router_lab.py:arch=b32,router=NAME,c=1'; a router
   module is passed as router_module=PATH."""
   module = f',router_module={run.router_module}' if run.router_module else ''
-  if run.arch == 'tiny':
-    return ('configs/tiny.py:router=dense' if run.router == router_names.DENSE else
-            f'configs/tiny.py:router={run.router},c={run.capacity}{module}')
+  if run.arch in ARGUMENT_CONFIGS:
+    return (f'configs/{run.arch}.py:router=dense' if run.router == router_names.DENSE else
+            f'configs/{run.arch}.py:router={run.router},c={run.capacity}{module}')
   if run.router == router_names.DENSE:
     return f'configs/{run.arch}_dense.py'
   if run.router in paper.ROUTERS:

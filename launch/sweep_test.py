@@ -283,3 +283,16 @@ def test_records_keep_each_finished_runs_summary_and_timing_lines(tmp_path, fake
       lines = f.read().splitlines()
     assert len(lines) == 2 and lines[0].startswith('=== ') and 'main' not in lines[0].split()[0]
     assert lines[1].startswith('=== finished in ') and lines[1].endswith('s with --jobs 1')
+
+
+def test_the_imagenet_rung_runs_its_grid_through_one_config_file():
+  # make sweep ARCH=ilsvrc_s32: the dense baseline and the six routers at c = 1 and 2 on V-MoE's
+  # S/32 ImageNet-1k recipe (configs/ilsvrc_s32.py), 13 runs; any other registered router joins.
+  grid = sweep.make_grid('ilsvrc_s32')
+  assert len(grid) == 13 and grid[0].name == 'dense'
+  assert [sweep.config_arg(r) for r in grid[:3]] == [
+      'configs/ilsvrc_s32.py:router=dense', 'configs/ilsvrc_s32.py:router=softmax_tc,c=1',
+      'configs/ilsvrc_s32.py:router=sinkhorn_tc,c=1']
+  lab = sweep.make_grid('ilsvrc_s32', routers=['lossfree_tc'], capacities=[2])
+  assert [sweep.config_arg(r) for r in lab] == ['configs/ilsvrc_s32.py:router=lossfree_tc,c=2']
+  assert grid[1].workdir('R') == 'R/ilsvrc_s32/softmax_tc_c1'

@@ -79,9 +79,33 @@ def _build() -> dict:
 PAPER = _build()    # {(arch, router, capacity): PaperCell}
 
 
-def lookup(arch: str, router: str, capacity) -> PaperCell | None:
-  """The paper's cell, or None when the paper has no such run (another arch, router, capacity
-  or the softmax-combine ablation, which the paper only plots)."""
+# The ImageNet-1k rung's published cell (configs/ilsvrc_s32_vmoe.py): V-MoE S/32, Softmax Token
+# Choice at k = 2 and c = 1.05 (summary.json's capacity), precision@1 in percent, mean of 3 seeds
+# (google-research/vmoe vmoe_s32_last2_ilsvrc2012_randaug_light1.py), keyed as the run's metrics
+# ('upstream' and its eval.sets), each on the split named in RUNG_SPLITS.
+RUNG_ARCH = 'VMoE-S/32'
+RUNG_CELL = ('softmax_tc', 1.05)
+RUNG_SPLITS = {'upstream': 'imagenet2012 train[99%:]', 'test': 'imagenet2012 validation',
+               'imagenet_real': 'ReaL (imagenet2012_real validation)',
+               'imagenet_v2': 'imagenet_v2 test'}
+
+
+@dataclasses.dataclass(frozen=True)
+class RungCell:
+  """V-MoE's published ImageNet-1k numbers: precision@1 (%) by metric name (RUNG_SPLITS)."""
+  prec1: dict
+
+
+RUNG_PUBLISHED = RungCell({'upstream': 76.8, 'test': 73.1, 'imagenet_real': 74.4,
+                           'imagenet_v2': 59.2})
+
+
+def lookup(arch: str, router: str, capacity) -> PaperCell | RungCell | None:
+  """The paper's cell (V-MoE's published cell for the ImageNet-1k rung), or None when there is
+  no such run (another arch, router, capacity or the softmax-combine ablation, which the paper
+  only plots)."""
+  if arch == RUNG_ARCH:
+    return RUNG_PUBLISHED if (router, capacity) == RUNG_CELL else None
   if capacity not in CAPACITIES:
     return None
   return PAPER.get((arch, router, int(capacity)))
@@ -105,5 +129,7 @@ def row_title(router: str, capacity) -> str:
   MoE layers)' for the baseline."""
   if router == router_names.DENSE:
     return DENSE_TITLE
+  if (router, capacity) == RUNG_CELL:
+    return f"V-MoE's {ROUTER_TITLES[router]} (k=2, c={capacity:g})"
   symbol = 'k' if router in TOKEN_CHOICE else 'c'
   return f'{ROUTER_TITLES.get(router, router)} ({symbol}={capacity:g})'

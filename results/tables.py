@@ -70,6 +70,8 @@ def columns_for(arch: str, rows: Sequence[list[Run]],
   the controlled cost (results/cost.py) where `controlled` prices some run of the table."""
   in_paper = arch in paper.ARCHS
   percent = dict(fmt='.2f', scale=100.0)
+  if arch == paper.RUNG_ARCH:
+    return _rung_columns(rows, percent) + columns_for('', rows, controlled)[1:]
   columns = [Column('Upstream prec@1 (%)', lambda r: r.get('upstream_prec1'),
                     missing='upstream_prec1', **percent,
                     paper_value=(lambda p: p.jft_prec1) if in_paper else None,
@@ -93,6 +95,22 @@ def columns_for(arch: str, rows: Sequence[list[Run]],
                           missing='a bench/train_step.py row (results/cost.py)', spread=False))
   columns.append(Column('FLOPs/step', lambda r: r.get('flops_per_step'), fmt='.3g',
                         missing='flops_per_step', spread=False))
+  return columns
+
+
+def _rung_columns(rows: Sequence[list[Run]], percent: dict) -> list[Column]:
+  """The ImageNet-1k rung's precision@1 columns, upstream then each eval set the runs have, each
+  titled with its split and beside V-MoE's published number (paper.RUNG_PUBLISHED)."""
+  names = sorted({name for runs in rows for r in runs for name in (r.get('eval_sets') or {})})
+  columns = []
+  for name in ['upstream'] + names:
+    split = paper.RUNG_SPLITS.get(name, name)
+    value = ((lambda r: r.get('upstream_prec1')) if name == 'upstream' else
+             (lambda r, n=name: r.get('eval_sets', n)))
+    columns.append(Column(f'prec@1 on {split} (%)', value,
+                          missing='upstream_prec1' if name == 'upstream' else 'eval_sets',
+                          **percent, paper_value=lambda p, n=name: p.prec1.get(n),
+                          paper_title=f'V-MoE published, {split} (%)'))
   return columns
 
 
@@ -157,6 +175,10 @@ def caption(table: Table) -> str:
   text = (f'{table.arch} pre-trained on {table.dataset}: mean {PM} sample std over seeds. '
           'Few-shot: best l2 on the test set (the literature\'s convention) and the l2 chosen '
           'by cross-validation on the few-shot training set.')
+  if table.arch == paper.RUNG_ARCH:
+    text += (' V-MoE published: Riquelme et al. (2021), google-research/vmoe '
+             'vmoe_s32_last2_ilsvrc2012_randaug_light1.py, mean of 3 seeds, on the split each '
+             'column names.')
   if table.arch in paper.ARCHS:
     upstream, fewshot = paper.SOURCES[table.arch]
     text += (f' Paper: Liu et al. (2024) {upstream} (JFT-300M pre-training, precision@1 and '

@@ -261,3 +261,28 @@ def test_the_dense_baseline_opens_the_table_and_draws_a_reference_line(tmp_path)
   for path in plots.write_figures(runs, out):
     with open(path, 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_the_imagenet_rung_sits_beside_vmoes_published_cell_each_number_on_its_split(tmp_path):
+  # The published cell's run (summary capacity 1.05, k = 2) gets V-MoE's 76.8 / 73.1 / 74.4 /
+  # 59.2 beside it; a grid row gets none. Every column names its split.
+  root = str(tmp_path / 'runs')
+  for seed, upstream in ((0, 0.77), (1, 0.76)):
+    write_summary(root, arch='VMoE-S/32', router='softmax_tc', capacity=1.05, seed=seed,
+                  dataset='imagenet2012', fewshot=None, fewshot_cv=None, upstream_prec1=upstream,
+                  eval_sets={'test': 0.73, 'imagenet_v2': 0.59})
+  write_summary(root, arch='VMoE-S/32', router='softmax_ec', capacity=1.0,
+                dataset='imagenet2012', fewshot=None, fewshot_cv=None, eval_sets={'test': 0.7})
+  table, = tables.build_tables(summaries.load_runs(root)[0])[0]
+  rows = markdown_rows(tables.to_markdown(table))
+  cell = rows["V-MoE's Softmax Token Choice (k=2, c=1.05)"]
+  # Upstream: mean of 0.77 and 0.76 = 76.50 %, sample std 0.707 points.
+  assert cell['prec@1 on imagenet2012 train[99%:] (%)'] == '76.50 \u00b1 0.71'
+  assert cell['V-MoE published, imagenet2012 train[99%:] (%)'] == '76.80'
+  assert cell['V-MoE published, imagenet2012 validation (%)'] == '73.10'
+  assert cell['prec@1 on imagenet_v2 test (%)'] == '59.00 \u00b1 0.00'   # Both seeds 0.59.
+  assert cell['V-MoE published, imagenet_v2 test (%)'] == '59.20'
+  other = rows['Softmax Expert Choice (c=1)']
+  assert other['V-MoE published, imagenet2012 validation (%)'] == ''
+  assert other['prec@1 on imagenet_v2 test (%)'].startswith('n/a')
+  assert 'V-MoE published: Riquelme et al. (2021)' in tables.caption(table)

@@ -242,6 +242,10 @@ def _check_moe_fits_the_model(moe: moe_lib.MoeConfig, model: vit.ModelConfig) ->
     raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
                      f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
                      'moe.num_experts=0 for a dense model.')
+  num_every = len(vit.moe_layer_indices(depth, moe.every))
+  if moe.last > num_every:
+    raise ValueError(f'moe.last={moe.last} but Every-{moe.every} places {num_every} MoE layers in '
+                     f'a {depth}-block model; use 0 <= moe.last <= {num_every}.')
   # Each allocation checks what it needs of T and E (expert choice: C <= T tokens to choose).
   moe.router.check_shape(moe.images_per_group * model.tokens_per_image, moe.num_experts)
 

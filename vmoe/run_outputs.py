@@ -36,6 +36,7 @@ class RunSummary:
   config / config_arg: the config file and its argument; resolved_config: the run's whole
   config after parsing (vmoe.experiment.Experiment.to_dict()), so that runs of one row can be
   checked to differ only in their seed. Results: upstream_prec1 (the last evaluation),
+  eval_sets ({name: precision@1} of the last evaluation's eval.sets that ran),
   fewshot / fewshot_cv ({dataset: {shots: accuracy}}, best-l2 and CV conventions),
   router_metrics, eval_history ([{step, upstream_prec1}]). Cost: train_device_seconds (summed
   over devices), device_kind, num_devices, flops_per_step, compile_seconds. segments: where the
@@ -56,6 +57,7 @@ class RunSummary:
   steps: int | None = None
   num_params: int | None = None
   upstream_prec1: float | None = None
+  eval_sets: dict | None = None
   fewshot: dict | None = None
   fewshot_cv: dict | None = None
   train_device_seconds: float | None = None

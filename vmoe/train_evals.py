@@ -7,6 +7,8 @@ know nothing of models or meshes).
 runs them; its `evaluate(variables, step)` -> {metric name: float} runs those that its schedule
 (EvalSchedule) says are due after `step`:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
+  NAME/prec@1, NAME/loss           with them, on each of eval.sets that is prepared (one warning
+                                   line names each set skipped, and how to prepare it);
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
   fewshot/DATASET/Kshot[_cv][_std] every fewshot.every_steps and at the end (evaluation.fewshot).
@@ -19,6 +21,7 @@ import dataclasses
 import functools
 from typing import Callable, Iterable, Iterator
 
+from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
@@ -59,6 +62,36 @@ def check_available(data: data_config_lib.DataConfig,
     except (ValueError, FileNotFoundError) as e:
       raise type(e)(f'few-shot dataset {name!r}: {e}\n(For a few-shot set the directory keys are '
                     f'config.fewshot.data_dir and config.fewshot.manual_dirs.{name}.)') from None
+
+
+def eval_set_source(data: data_config_lib.DataConfig,
+                    name: str) -> data_config_lib.DataSource:
+  """Where an eval.sets source `name` is: the data section's directories (ImageNet-V2 and ReaL
+  sit in ImageNet's TFDS data_dir, and ReaL builds from the same validation archive)."""
+  return data_config_lib.DataSource(name, data.data_dir, data.manual_dir,
+                                    cache=data.cache and name == data.name)
+
+
+def available_eval_sets(data: data_config_lib.DataConfig,
+                        eval_config: classify.EvalConfig) -> dict:
+  """eval.sets less those not prepared, each skipped with one warning line that says how to
+  prepare it; a bad pp string or split fails (a config error, not missing data)."""
+  available = {}
+  for name, (source_name, split, pp) in eval_config.sets.items():
+    try:
+      ops.build(pp)
+    except ValueError as e:
+      raise errors.UserError(f'eval.sets.{name} pp: {e}') from None
+    source, release = sources.get_source(source_name)
+    try:
+      source.check(eval_set_source(data, source_name), release, [split])
+    except errors.MissingInput as e:
+      first_line = str(e).splitlines()[0]
+      logging.warning('eval set %s skipped: %s (docs/data.md says how to prepare it).', name,
+                      first_line)
+      continue
+    available[name] = (source_name, split, pp)
+  return available
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +143,7 @@ class Evaluator:
     self.fewshot_config, self.loss, self.safe_point = fewshot_config, loss, safe_point
     self.schedule = EvalSchedule(num_steps, eval_config.every_steps,
                                  fewshot_config.every_steps if fewshot_config.datasets else None)
+    self.eval_sets = available_eval_sets(data, eval_config)
 
     @jax.jit
     def forward(variables, images):
@@ -129,27 +163,35 @@ class Evaluator:
 
   def upstream(self, variables) -> dict:
     """precision@1 and the loss on data.eval_split, and the routers' health averaged over its
-    batches."""
+    batches; then precision@1 and the loss on each available set of eval.sets."""
     routers = []    # Each batch's router summary, summed in order below.
+    results = self._classify(variables, self.data, self.data.eval_split, self.data.pp_eval,
+                             classify.UPSTREAM, routers)
+    if routers:
+      totals = functools.reduce(lambda a, b: jax.tree.map(lambda x, y: x + y, a, b), routers)
+      for key, total in jax.device_get(totals).items():
+        results[key] = float(total) / len(routers)
+    for name, (source_name, split, pp) in self.eval_sets.items():
+      results.update(self._classify(variables, eval_set_source(self.data, source_name), split,
+                                    pp, name, []))
+    return results
 
+  def _classify(self, variables, source, split: str, pp: str, prefix: str, routers: list):
+    """'{prefix}/prec@1' and '{prefix}/loss' on `split` of `source`; each batch's router summary
+    is appended to `routers`."""
     def predict(images):
       logits, _, router = self._forward(variables, images)
       routers.append(router)
       return logits
 
     batches = pipeline.make_eval_iterator(
-        self.data, self.data.eval_split, batch_size=self.eval_config.batch_size,
+        source, split, batch_size=self.eval_config.batch_size, pp=pp,
         process_index=jax.process_index(), process_count=jax.process_count())
     batch_sharding = sharding.batch_sharding(self.mesh)
     global_batches = (sharding.put_batch(b, batch_sharding)
                       for b in _after_safe_points(batches, self.safe_point))
-    evaluator = classify.ClassifyEvaluator(losses.get_loss(self.loss))
-    results = dict(evaluator.run(predict, global_batches))
-    if routers:
-      totals = functools.reduce(lambda a, b: jax.tree.map(lambda x, y: x + y, a, b), routers)
-      for key, total in jax.device_get(totals).items():
-        results[key] = float(total) / len(routers)
-    return results
+    evaluator = classify.ClassifyEvaluator(losses.get_loss(self.loss), prefix)
+    return dict(evaluator.run(predict, global_batches))
 
   def fewshot(self, variables) -> dict:
     """The few-shot ridge on the model's pre-logits, for every few-shot set (evaluation.fewshot)."""

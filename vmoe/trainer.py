@@ -150,6 +150,8 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       softmax_combine=True if router is None else router.softmax_combine, seed=e.seed,
       dataset=e.data.name, steps=e.num_train_steps, num_params=num_params,
       upstream_prec1=final.get('upstream/prec@1'),
+      eval_sets={name: final[f'{name}/prec@1'] for name in e.eval.sets
+                 if f'{name}/prec@1' in final} or None,
       fewshot=fewshot.summary_table(final, 'best_l2'),
       fewshot_cv=fewshot.summary_table(final, 'cv'),
       train_device_seconds=train_seconds * jax.device_count(),

@@ -33,7 +33,9 @@ class Size:
 
 
 # ViT sizes (Dosovitskiy et al. 2021, Table 1; Ti from Touvron et al. 2021). The paper uses B/32,
-# B/16 and L/16; S/32 is V-MoE's smallest. Two CPU sizes: 'mu' (after big_vision's test size,
+# B/16 and L/16. 'VMoE-S' is V-MoE's own "S" (google-research/vmoe configs/vmoe_paper/common.py
+# get_vmoe_config, variant index 0: width 512, 8 blocks, MLP 2048, 8 heads), which its ImageNet-1k
+# S/32 config warns is not ViT's 'S' (12 blocks of width 384). Two CPU sizes: 'mu' (after big_vision's test size,
 # with depth 2 so that Every-2 places one MoE layer) backs the runlocal modes and tests; 'XS' is
 # the embedded Fashion-MNIST study of configs/tiny.py (two MoE layers out of four blocks).
 SIZES = {
@@ -43,6 +45,7 @@ SIZES = {
     'S': Size(width=384, depth=12, mlp_dim=1536, num_heads=6),
     'B': Size(width=768, depth=12, mlp_dim=3072, num_heads=12),
     'L': Size(width=1024, depth=24, mlp_dim=4096, num_heads=16),
+    'VMoE-S': Size(width=512, depth=8, mlp_dim=2048, num_heads=8),
 }
 POOLS = ('tok', 'gap')
 # Compute dtypes (config.model.dtype, config.moe.dispatch_dtype). Parameters and the optimizer
@@ -55,7 +58,7 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 # (the (B, N, mlp_dim) hidden layer is the largest activation of a block), so it would save little
 # of what remat is for: fitting the recipe's per-device batch on a smaller accelerator.
 REMAT_POLICY = jax.checkpoint_policies.nothing_saveable
-_VARIANT = re.compile(r'^(?P<size>[A-Za-z]+)(/(?P<patch>[0-9]+))?$')
+_VARIANT = re.compile(r'^(?P<size>[A-Za-z][A-Za-z-]*)(/(?P<patch>[0-9]+))?$')
 
 
 def decode_variant(variant: str) -> dict:
@@ -73,12 +76,15 @@ def decode_variant(variant: str) -> dict:
           'patch_size': int(patch) if patch else None}
 
 
-def moe_layer_indices(depth: int, every: int) -> tuple[int, ...]:
-  """0-based blocks whose MLP is an MoE layer: Every-`every`, i.e. every-1, 2*every-1, ...
+def moe_layer_indices(depth: int, every: int, last: int = 0) -> tuple[int, ...]:
+  """0-based blocks whose MLP is an MoE layer: Every-`every`, i.e. every-1, 2*every-1, ..., or,
+  when last > 0, only the last `last` of those.
 
-  every=2 is V-MoE's "Every-2" (blocks 1, 3, 5, ...), the placement the paper uses.
+  every=2 is V-MoE's "Every-2" (blocks 1, 3, 5, ...), the placement the paper uses; every=2 with
+  last=2 is V-MoE's "Last 2" (its get_vmoe_config: range(1, depth, 2)[-2:], blocks 5 and 7 of 8).
   """
-  return tuple(range(every - 1, depth, every))
+  every_k = tuple(range(every - 1, depth, every))
+  return every_k[-last:] if last else every_k
 
 
 def block_name(index: int) -> str:
@@ -194,7 +200,8 @@ class EncoderBlock(nn.Module):
     y, metrics = moe_lib.moe_mlp(
         num_experts=self.moe.num_experts, mlp_dim=self.mlp_dim, router=self.moe.router,
         group_size=self.moe.group_size, dispatch=self.moe.dispatch,
-        expert_init=self.moe.expert_init, dropout_rate=self.dropout_rate, dtype=self.dtype,
+        expert_init=self.moe.expert_init, dropout_rate=self.moe.expert_dropout(self.dropout_rate),
+        dtype=self.dtype,
         dispatch_dtype=moe_lib.buffer_dtype(self.dtype, self.moe.dispatch_dtype), name='moe')(
             y, train=train)
     return x + y, metrics
@@ -230,7 +237,8 @@ class VisionTransformer(nn.Module):
                         (1,) + x.shape[1:])
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb.astype(self.dtype))
 
-    moe_layers = () if self.moe is None else moe_layer_indices(self.depth, self.moe.every)
+    moe_layers = () if self.moe is None else moe_layer_indices(self.depth, self.moe.every,
+                                                                 self.moe.last)
     router_metrics, aux_loss = {}, jnp.zeros((), jnp.float32)
     # static_argnums counts the module: (self, x, train).
     block = nn.remat(EncoderBlock, policy=REMAT_POLICY, static_argnums=(2,)) if self.remat else (

@@ -1,4 +1,5 @@
 """ViT / V-MoE: parameter counts, shapes of every variant, Every-2 placement, determinism."""
+import dataclasses
 import types
 
 import jax
@@ -59,7 +60,8 @@ def formula_params(config) -> int:
     moe = num_experts * mlp + d * num_experts * slots + 1
   else:                                              # Router kernel W (D, E), no bias.
     moe = num_experts * mlp + d * num_experts
-  num_moe = len(vit.moe_layer_indices(depth, config.moe.every)) if num_experts else 0
+  num_moe = (len(vit.moe_layer_indices(depth, config.moe.every, config.moe.last)) if num_experts
+             else 0)
   blocks = depth * (attention + layer_norms) + (depth - num_moe) * mlp + num_moe * moe
   rep = config.model.representation_size
   pre_logits = d * rep + rep if rep else 0
@@ -223,3 +225,79 @@ def test_bad_model_sections_fail_naming_the_key():
   assert vit.build_model(model, make_config(num_experts=0).moe).patch_size == 4
   with pytest.raises(ValueError, match="unknown model.pool 'max'"):
     make_config(pool='max')
+
+
+# V-MoE's ImageNet-1k cell ('ViT-S/32, E=8, K=2, Last 2'): its S, Last-2 placement, expert dropout,
+# pre-logits of width 512 and head bias -ln(1000). Each key's default is today's model.
+
+
+def vmoe_s32_config(**moe_changes):
+  """V-MoE's S/32 at 224 px, 1000 classes, E = 8 softmax_tc at k = 2, c = 1.05 (its router)."""
+  router = router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
+                                   capacity_rounding='ceil_multiple_of_4')
+  return types.SimpleNamespace(
+      model=vit.ModelConfig('VMoE-S/32', 1000, 224, 3, head_bias_init=-np.log(1000),
+                            representation_size=512),
+      moe=moe_lib.MoeConfig(8, 8, router, **{'last': 2, **moe_changes}))
+
+
+def test_vmoe_s_is_a_size_of_its_own_and_vit_s_is_unchanged():
+  # V-MoE common.get_vmoe_config, variant 'S' (index 0): hidden 512, 8 layers, MLP 2048, 8 heads.
+  assert vit.decode_variant('VMoE-S/32') == {'width': 512, 'depth': 8, 'mlp_dim': 2048,
+                                             'num_heads': 8, 'patch_size': 32}
+  assert vit.decode_variant('S/32') == {'width': 384, 'depth': 12, 'mlp_dim': 1536,
+                                        'num_heads': 6, 'patch_size': 32}
+
+
+def test_last_n_places_the_last_of_the_every_k_blocks():
+  # V-MoE: range(1, num_layers, 2)[-where_num:] -> (1, 3, 5, 7)[-2:] = (5, 7) for 'Last 2' of 8.
+  assert vit.moe_layer_indices(8, 2, last=2) == (5, 7)
+  assert vit.moe_layer_indices(12, 2, last=3) == (7, 9, 11)
+  # last = 0 (the default) is Every-k, as before the key existed.
+  for depth, every in ((8, 2), (12, 2), (4, 1)):
+    assert vit.moe_layer_indices(depth, every, 0) == tuple(range(every - 1, depth, every))
+  assert moe_lib.MoeConfig(4, 2, make_config().moe.router).last == 0
+
+
+def test_vmoe_s32_parameters_are_counted_term_by_term():
+  # Width 512, MLP 2048, 50 tokens: embedding 32*32*3*512 + 512 = 1,573,376; cls 512; posemb
+  # 50*512 = 25,600; per block attention 4*(512*512 + 512) = 1,050,624 and LNs 2,048 (x 8 =
+  # 8,421,376); dense MLP 2,099,712 in 6 blocks = 12,598,272; MoE 8*2,099,712 + 512*8 = 16,801,792
+  # in blocks 5 and 7 = 33,603,584; final LN 1,024; pre-logits 512*512 + 512 = 262,656; head
+  # 512*1000 + 1000 = 513,000. Sum: 56,999,400.
+  config = vmoe_s32_config()
+  params = abstract_params(config, batch=8)
+  assert count(params) == 56_999_400 == formula_params(config)
+  assert [k for k, v in params.items() if isinstance(v, dict) and 'moe' in v] == ['block_05',
+                                                                                'block_07']
+  assert params['pre_logits']['kernel'].shape == (512, 512)
+
+
+def test_head_bias_minus_log_1000_starts_every_sigmoid_at_one_in_1001():
+  # The head kernel starts at zero, so every logit is the bias -ln(1000): sigmoid = 1 / (1 + 1000),
+  # V-MoE's prior of one positive class in 1000; the pre-logits are tanh of a Dense of width 512.
+  config = types.SimpleNamespace(model=vit.ModelConfig('mu/4', 1000, 8, 1, -np.log(1000),
+                                                       representation_size=512),
+                                 moe=make_config().moe)
+  apply, variables, images = _init(config)
+  logits, aux = apply(variables, images, train=False)
+  np.testing.assert_allclose(jax.nn.sigmoid(logits), 1 / 1001, rtol=1e-6)
+  assert aux['pre_logits'].shape == (4, 512) and float(jnp.max(jnp.abs(aux['pre_logits']))) < 1
+
+
+def test_moe_dropout_defaults_to_the_models_and_drops_only_in_the_experts():
+  base = make_config('XS/4', 'softmax_ec')
+  with_moe = lambda rate, model_rate=0.0: types.SimpleNamespace(
+      model=dataclasses.replace(base.model, dropout_rate=model_rate),
+      moe=dataclasses.replace(base.moe, dropout_rate=rate))
+  apply, variables, images = _init(base)
+  rngs = {'dropout': jax.random.PRNGKey(3)}
+  run = lambda config, train=True: build(config).apply(variables, images, train=train,
+                                                        rngs=rngs)[1]['pre_logits']
+  # None (the default) is the model's rate, the experts' only rate before the key existed.
+  assert base.moe.dropout_rate is None and base.moe.expert_dropout(0.1) == 0.1
+  np.testing.assert_array_equal(run(with_moe(None, 0.1)), run(with_moe(0.1, 0.1)))
+  np.testing.assert_array_equal(run(with_moe(None)), run(with_moe(0.0)))
+  # 0.2 in the experts changes training, never evaluation.
+  assert not np.allclose(run(with_moe(0.2)), run(with_moe(0.0)))
+  np.testing.assert_array_equal(run(with_moe(0.2), train=False), run(with_moe(0.0), train=False))

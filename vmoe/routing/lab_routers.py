@@ -38,7 +38,7 @@ BALANCED_ASSIGNMENT = 'balanced_assignment'   # base's allocation kind.
 
 
 def _k(config) -> int:
-  return int(config.capacity_factor)
+  return config.experts_per_token
 
 
 def _sigmoid_choice(inputs: registry.GroupInputs):

@@ -172,28 +172,33 @@ def import_router_module(module: str) -> None:
 
 
 def check_token_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
-  """Token choice uses capacity_factor as k, an integer number of experts per token, k <= E."""
-  k = config.capacity_factor
-  if int(k) != k:
+  """Token choice takes k experts per token, k <= E: config.experts_per_token, which is the
+  capacity factor (then an integer) unless num_selected_experts sets k apart."""
+  key = 'moe.router.capacity_factor'
+  if config.num_selected_experts is None and int(config.capacity_factor) != config.capacity_factor:
     raise ValueError(f'router {config.name}: token choice uses capacity_factor as k, the number '
-                     f'of experts per token, which must be an integer; got {k} '
-                     '(moe.router.capacity_factor).')
+                     f'of experts per token, which must be an integer; got '
+                     f'{config.capacity_factor} ({key}).')
+  if config.num_selected_experts is not None:
+    key = 'moe.router.num_selected_experts'
+  k = config.experts_per_token
   if num_experts is not None and k > num_experts:
-    raise ValueError(f'router {config.name} selects k={int(k)} experts per token but only '
-                     f'E={num_experts} experts exist; lower k (moe.router.capacity_factor) or '
-                     'raise moe.num_experts.')
+    raise ValueError(f'router {config.name} selects k={k} experts per token but only '
+                     f'E={num_experts} experts exist; lower k ({key}) or raise moe.num_experts.')
 
 
 def check_expert_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
-  """An expert choosing its top C tokens needs C <= T."""
+  """An expert choosing its top C tokens needs C <= T, in training and in evaluation."""
   if num_tokens is not None and num_experts is not None:
-    allocation.check_expert_choice_capacity(config.capacity(num_tokens, num_experts), num_tokens)
+    for train in (True, False):
+      allocation.check_expert_choice_capacity(config.capacity(num_tokens, num_experts, train),
+                                              num_tokens)
 
 
 TOKEN_CHOICE = Allocation(
     names.TOKEN_CHOICE,
     lambda scores, capacity, config: allocation.token_choice_slots(
-        scores, capacity, int(config.capacity_factor)),
+        scores, capacity, config.experts_per_token),
     check_token_choice)
 EXPERT_CHOICE = Allocation(
     names.EXPERT_CHOICE,

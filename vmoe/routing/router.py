@@ -109,6 +109,11 @@ class RouterConfig:
   capacity_factor is c for expert choice and Soft MoE, and k (experts per token, an integer) for
   token choice; the buffer capacity is C = round(c * T / E), rounded by capacity_rounding
   (allocation.CAPACITY_ROUNDINGS; default the paper's round, halves to even).
+  num_selected_experts: token choice's k apart from c, as V-MoE's routers have it: k experts per
+  token and C = rounding(c * k * T / E) (V-MoE's ImageNet-1k S/32: k = 2, c = 1.05, C on 2T/E up
+  to a multiple of 4). None (the default): k is capacity_factor, the paper configs' convention.
+  eval_capacity_factor: c in evaluation, for sparse routers (V-MoE evaluates at 4.0; token choice
+  needs num_selected_experts with it, so that k stays what training used); None: as training.
   noise_std is relative, as V-MoE's: the Gaussian noise added to the logits in training has std
   noise_std / E. The default 0 means no noise; the router's presets (RouterSpec.presets, which
   configs/common.py moe_config applies) set 1.0, the reference routers' default, for the softmax
@@ -142,6 +147,8 @@ class RouterConfig:
   capacity_rounding: str = 'round_half_even'
   options: Mapping[str, Any] = flax.core.FrozenDict()
   module: str = ''
+  num_selected_experts: int | None = None
+  eval_capacity_factor: float | None = None
 
   def __post_init__(self):
     registry.import_router_module(self.module)
@@ -162,6 +169,7 @@ class RouterConfig:
     if not math.isfinite(self.capacity_factor) or self.capacity_factor <= 0:
       raise ValueError(f'router {self.name}: capacity factor must be > 0, got '
                        f'{self.capacity_factor} (moe.router.capacity_factor).')
+    self._check_capacities(spec)
     for allocation_used in {spec.allocation, spec.allocation_at(train=False)}:
       allocation_used.check(self, None, None)
     weights = (self.noise_std, self.importance_loss_weight, self.load_loss_weight)
@@ -180,9 +188,34 @@ class RouterConfig:
       raise ValueError(f'unknown capacity_rounding {self.capacity_rounding!r}; valid: '
                        f'{", ".join(allocation.CAPACITY_ROUNDINGS)}.')
 
+  def _check_capacities(self, spec: registry.RouterSpec) -> None:
+    """num_selected_experts for token choice only; eval_capacity_factor for sparse routers."""
+    k, c_eval = self.num_selected_experts, self.eval_capacity_factor
+    if k is not None and (spec.allocation.kind != names.TOKEN_CHOICE or int(k) != k or k < 1):
+      raise ValueError(f'router {self.name}: moe.router.num_selected_experts={k} is token '
+                       'choice\'s k apart from c: an integer >= 1, for a token choice router '
+                       '(None: k is the capacity factor).')
+    if c_eval is None:
+      return
+    if not math.isfinite(c_eval) or c_eval <= 0:
+      raise ValueError(f'router {self.name}: moe.router.eval_capacity_factor must be > 0 or '
+                       f'None, got {c_eval}.')
+    if spec.allocation.slots is None:
+      raise ValueError(f'router {self.name}: Soft MoE\'s slots are parameters, so its capacity '
+                       'cannot change in evaluation; set moe.router.eval_capacity_factor=None.')
+    if spec.allocation.kind == names.TOKEN_CHOICE and k is None:
+      raise ValueError(f'router {self.name}: token choice reads the capacity factor as k; set '
+                       'moe.router.num_selected_experts too, to evaluate at another capacity '
+                       'with the same k.')
+
   @property
   def spec(self) -> registry.RouterSpec:
     return registry.get(self.name)
+
+  @property
+  def experts_per_token(self) -> int:
+    """Token choice's k: num_selected_experts, else the capacity factor."""
+    return int(self.num_selected_experts or self.capacity_factor)
 
   def check_shape(self, num_tokens: int | None, num_experts: int) -> None:
     """The allocations' checks that need T (tokens per group; None where not yet known) and E,
@@ -191,10 +224,15 @@ class RouterConfig:
     for allocation_used in {spec.allocation, spec.allocation_at(train=False)}:
       allocation_used.check(self, num_tokens, num_experts)
 
-  def capacity(self, num_tokens: int, num_experts: int) -> int:
-    """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens."""
-    return allocation.compute_capacity(num_tokens, num_experts, self.capacity_factor,
-                                       self.capacity_rounding)
+  def capacity(self, num_tokens: int, num_experts: int, train: bool = True) -> int:
+    """Buffer capacity C (slots per expert) for groups of `num_tokens` tokens: c T / E rounded,
+    with T counted k times where k is set apart (num_selected_experts), and c the evaluation's
+    where it is set (eval_capacity_factor) and train is False."""
+    factor = self.capacity_factor
+    if not train and self.eval_capacity_factor is not None:
+      factor = self.eval_capacity_factor
+    requests = num_tokens * (self.num_selected_experts or 1)
+    return allocation.compute_capacity(requests, num_experts, factor, self.capacity_rounding)
 
 
 class SparseRouting(NamedTuple):
@@ -251,7 +289,7 @@ def auxiliary_loss(logits, noisy_logits, config: RouterConfig) -> jax.Array:
     total += config.importance_loss_weight * jnp.mean(jax.vmap(losses.importance_loss)(gates))
   if config.load_loss_weight > 0:
     std = config.noise_std / logits.shape[-1]
-    k = int(config.capacity_factor)
+    k = config.experts_per_token
     per_group = jax.vmap(lambda l, n: losses.load_loss(l, n, std, k))(logits, noisy_logits)
     total += config.load_loss_weight * jnp.mean(per_group)
   return total
@@ -281,7 +319,7 @@ class Router(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool):
     _, num_tokens, dim = x.shape
-    capacity = self.config.capacity(num_tokens, self.num_experts)
+    capacity = self.config.capacity(num_tokens, self.num_experts, train)
     spec = self.config.spec
     if spec.allocation.slots is None:
       # lecun_normal with its default axes on (D, E, C), as the reference's Soft MoE router

@@ -80,6 +80,13 @@ def test_a_new_router_is_one_registry_entry(monkeypatch):
     (dict(name='softmax_ec', capacity_factor=1, noise_std=1, load_loss_weight=0.01), 'token choice'),
     (dict(name='sinkhorn_tc', capacity_factor=1, sinkhorn_iters=0), 'sinkhorn_iters'),
     (dict(name='sparsity_ec', capacity_factor=1, sparsity_warm_start=-1), 'sparsity_warm_start'),
+    (dict(name='softmax_ec', capacity_factor=1, num_selected_experts=2),
+     'num_selected_experts=2 is token choice'),
+    (dict(name='softmax_tc', capacity_factor=1, num_selected_experts=0), 'an integer >= 1'),
+    (dict(name='soft_moe', capacity_factor=1, eval_capacity_factor=2), "Soft MoE's slots"),
+    (dict(name='softmax_tc', capacity_factor=1, eval_capacity_factor=4),
+     'set moe.router.num_selected_experts too'),
+    (dict(name='softmax_ec', capacity_factor=1, eval_capacity_factor=0), 'must be > 0 or None'),
     (dict(name='softmax_ec', capacity_factor=1, capacity_rounding='floor'),
      'unknown capacity_rounding .*valid: round_half_even, round_half_up, ceil, ceil_multiple_of_4'),
 ])
@@ -379,3 +386,58 @@ def test_routers_after_the_paper_pin_their_defaults():
   assert specs['base'].allocation_at(train=False).kind == names.TOKEN_CHOICE
   config = router_lib.RouterConfig('sigmoid_tc', 1)
   assert config.noise_std == 0 and config.importance_loss_weight == config.load_loss_weight == 0
+
+
+def test_k_apart_from_c_is_vmoes_capacity_and_its_evaluation_capacity():
+  # V-MoE's S/32 on ImageNet-1k: groups of 8 images x 50 tokens = T = 400, E = 8, K = 2 and
+  # c = 1.05; its compute_capacity(num_tokens=K*T, ...): ceil(1.05 x 800 / 8) = 105, up to a
+  # multiple of 4: 108. Evaluation at c = 4.0: ceil(4 x 800 / 8) = 400 = T.
+  config = router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
+                                   eval_capacity_factor=4.0,
+                                   capacity_rounding='ceil_multiple_of_4')
+  assert config.experts_per_token == 2
+  assert config.capacity(400, 8) == 108 and config.capacity(400, 8, train=False) == 400
+  # An expert choice router takes an evaluation capacity too: round(2 x 16 / 4) = 8 slots.
+  ec = router_lib.RouterConfig('softmax_ec', 1, eval_capacity_factor=2)
+  assert (ec.capacity(16, 4), ec.capacity(16, 4, train=False)) == (4, 8)
+  with pytest.raises(ValueError, match='k=3 experts per token but only E=2 .*num_selected_experts'):
+    router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=3).check_shape(None, 2)
+  # Expert choice refuses an evaluation C = round(8 x 4 / 2) = 16 > T = 4.
+  with pytest.raises(ValueError, match='capacity <= T=4 tokens per group, got C=16'):
+    router_lib.RouterConfig('softmax_ec', 1, eval_capacity_factor=8).check_shape(4, 2)
+
+
+@pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_tc', 'sigmoid_tc', 'topp_tc'])
+def test_defaults_keep_k_the_capacity_factor_and_evaluation_at_trainings_capacity(name):
+  # num_selected_experts = None and eval_capacity_factor = None are the code before the keys: k is
+  # c, C = round(c T / E) in training and evaluation. And k = 2 set apart with c = 1 routes as
+  # k = c = 2 does: C = round(1 x 2T / E) = round(2 x T / E) (2.0 T is exact), the same top-2.
+  default = router_lib.RouterConfig(name, 2, noise_std=1.0)
+  apart = router_lib.RouterConfig(name, 1, noise_std=1.0, num_selected_experts=2)
+  assert default.experts_per_token == apart.experts_per_token == 2
+  for num_tokens in (16, 50, 400):
+    assert (default.capacity(num_tokens, 8) == default.capacity(num_tokens, 8, train=False)
+            == apart.capacity(num_tokens, 8) == round(2 * num_tokens / 8))
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 8))
+  variables = router_lib.Router(default, 4).init(jax.random.PRNGKey(1), x, train=False)
+  for train in (False, True):
+    rngs = {'gating': jax.random.PRNGKey(2)}
+    outputs = [router_lib.Router(config, 4).apply(variables, x, train=train, rngs=rngs,
+                                                  mutable=[router_lib.ROUTER_STATE])[0]
+               for config in (default, apart)]
+    jax.tree.map(np.testing.assert_array_equal, outputs[0], outputs[1])
+
+
+def test_evaluation_routes_with_the_evaluation_capacity():
+  # T = 16, E = 4, k = 2: training C = round(1 x 32 / 4) = 8, evaluation round(2 x 32 / 4) = 16.
+  config = router_lib.RouterConfig('softmax_tc', 1, num_selected_experts=2,
+                                   eval_capacity_factor=2)
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))
+  module = router_lib.Router(config, 4)
+  variables = module.init(jax.random.PRNGKey(1), x, train=False)
+  route_train, _ = module.apply(variables, x, train=True, rngs={'gating': jax.random.PRNGKey(2)})
+  route_eval, _ = module.apply(variables, x, train=False)
+  assert route_train.slot_token.shape == (3, 4, 8) and route_eval.slot_token.shape == (3, 4, 16)
+  # At 16 slots per expert no request is dropped: every token holds its k = 2 slots.
+  held = jax.vmap(lambda t: jnp.bincount(t.ravel(), length=17))(route_eval.slot_token)
+  np.testing.assert_array_equal(held[:, :16], 2)
