@@ -61,8 +61,11 @@ def record(path, config: dict) -> str:
 
 
 # Keys at their dataclass defaults in configs/tiny.py, at each depth of the config's tree.
+# The router lab's keys (moe.router.options, moe.router.module) are among them: a run recorded
+# before the router lab resumes, its options empty and no module to import.
 @pytest.mark.parametrize('key', ['wandb.mode', 'checkpoint.asynchronous', 'model.dropout_rate',
-                                 'moe.router.sinkhorn_iters'])
+                                 'moe.router.sinkhorn_iters', 'moe.router.options',
+                                 'moe.router.module'])
 def test_a_workdir_recorded_before_a_key_existed_resumes(tiny_experiment, tmp_path, key):
   experiment = tiny_experiment('router=softmax_ec')
   workdir.guard(record(tmp_path, recorded_before(experiment.to_dict(), key)), experiment)
