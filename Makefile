@@ -19,7 +19,7 @@
 #                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
 #                  resumable, cached in workdirs/plan)
 #   make rehearsal configs/b32_sinkhorn_ec.py end to end at the paper's shapes on 8 simulated CPU
-#                  devices (E = 16 experts): generated ImageNet archives, the builders, a few
+#                  devices (E = 8 experts): generated ImageNet archives, the builders, a few
 #                  steps, a preemption, a resume, 10-shot over 1,000 classes; peak memory and
 #                  checkpoint size in $(WORKDIRS)/rehearsal/rehearsal.json (launch/rehearsal.py;
 #                  up to 45 minutes of 2 cores, about 19 GiB of memory, 15 GB of disk)

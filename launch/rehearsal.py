@@ -1,6 +1,6 @@
 """make rehearsal: a paper run end to end at the paper's shapes on this CPU, before renting a pod.
 
-  .venv/bin/python -m launch.rehearsal run [--dir=workdirs/rehearsal] [--experts=16]
+  .venv/bin/python -m launch.rehearsal run [--dir=workdirs/rehearsal] [--experts=8]
   .venv/bin/python -m launch.rehearsal estimate [--experts=8,16,24,32]
 
 `run` trains CONFIG (configs/b32_sinkhorn_ec.py: 224 px, patch 32, width 768, 12 blocks, MoE on
@@ -22,26 +22,31 @@ is in `overrides`, with its reason. `--scale=runlocal` runs the same stages on t
 model (mu/32) and tiny images (launch/rehearsal_test.py).
 
 Memory (`estimate`). With P parameters, the training process holds at its peak:
-  the state: float32 parameters, 4P bytes, and Adam's two float32 moments, 8P;
-  the gradients, 4P, during a step (the step donates the state: the new one takes its buffers);
-  the asynchronous save's host copy of the state, 12P, alive while it is written, which
-    overlaps the next step or the evaluation;
-so 28P bytes of arrays, plus ALLOWANCE_BYTES, 5 GiB, for what the abstract state does not show:
-about 3 GiB that the runlocal rehearsal (1 M parameters) peaks at here (the interpreters,
-TensorFlow's pipeline at 224 px, XLA's buffers), and about 2 GiB of activations that a 64-image
-B/32 step keeps for its backward pass (64 x 50 tokens x 12 blocks x some 12,000 float32 each:
-15 vectors of width 768 and 12 heads x 50 attention weights). P comes from jax.eval_shape of the
-trainer's own initialisation. For B/32 with a 21,843-class head, P = 75,917,907 + 6 E 4,723,200: the ViT's
-patch embedding, class token, position embeddings, 12 attention blocks, 6 dense MLPs and its head,
-and in each of the 6 MoE layers E experts of 2 x 768 x 3,072 weights and 3,840 biases, and 768
-router weights per expert. Hence:
-  E = 8:  P = 302.6 M,  28P = 7.89 GiB,  with the allowance 12.89 GiB
-  E = 16: P = 529.3 M,  28P = 13.80 GiB, with the allowance 18.80 GiB
-  E = 24: P = 756.1 M,  28P = 19.72 GiB, with the allowance 24.72 GiB: not on a 24 GiB machine
-  E = 32: P = 982.8 M,  28P = 25.63 GiB: not even before any activation.
-E = 16 (DEFAULT_EXPERTS) is the most that fits 24 GiB and splits evenly over the 8-device expert
-axis. The checkpoint holds the state, at most 12P bytes as orbax compresses it: 5.9 GiB at
-E = 16, twice on disk (keep = 2).
+  the state on the devices: float32 parameters and Adam's two float32 moments, 12 bytes a
+    parameter for every copy the simulated devices hold. On the paper's mesh for 8 devices
+    (expert = 8, data = 1) an expert's weights live on one device, but every other leaf is
+    replicated on all 8, and each simulated device keeps its copy in host memory;
+  the gradients during a step, 4 bytes a parameter per copy (the step donates the state: the new
+    one takes its buffers);
+  the asynchronous save's host copy of the state, 12P bytes (one copy of each shard), alive while
+    it is written, which overlaps the next step or the evaluation;
+plus ALLOWANCE_BYTES, 5 GiB, for what the abstract state does not show: about 3 GiB that the
+runlocal rehearsal (1 M parameters) peaks at here (the interpreters, TensorFlow's pipeline at
+224 px, XLA's buffers), and about 2 GiB of activations that a 64-image B/32 step keeps for its
+backward pass (64 x 50 tokens x 12 blocks x some 12,000 float32 each: 15 vectors of width 768 and
+12 heads x 50 attention weights). P and the shardings come from the trainer's own abstract state.
+For B/32 with a 21,843-class head, P = 75,917,907 + 6 E 4,723,200: the ViT's patch embedding,
+class token, position embeddings, 12 attention blocks, 6 dense MLPs and its head (all
+replicated), and in each of the 6 MoE layers E experts of 2 x 768 x 3,072 weights and 3,840
+biases (sharded), and 768 router weights per expert (replicated). Hence (`estimate`):
+  E = 4:  P = 189.3 M, arrays 14.6 GiB (the expert axis is 4, so experts are held twice)
+  E = 8:  P = 302.6 M, arrays 15.8 GiB, with the allowance 20.8 GiB
+  E = 16: P = 529.3 M, arrays 21.7 GiB, with the allowance 26.7 GiB: not on a 24 GiB machine
+E = 8 (DEFAULT_EXPERTS) is the most that fits 24 GiB. A first attempt at E = 16 was killed by the
+kernel at 24.3 GB of resident memory while it saved its checkpoint, which is what this count
+(then without the devices' copies) had missed. The checkpoint holds the state, at most 12P bytes
+as orbax compresses it: 3.6 GB at E = 8, twice on disk (keep = 2). Run it on an otherwise idle
+machine: another process's few GiB decide whether E = 8 fits.
 """
 import argparse
 import contextlib
@@ -68,7 +73,7 @@ CONFIG = CONFIG_MODULE.replace('.', '/') + '.py'
 NUM_DEVICES = 8
 NUM_STEPS = 4
 STOP_AFTER = 2                 # The first process gets its SIGTERM after this step's progress line.
-DEFAULT_EXPERTS = 16           # The most that fit 24 GiB (module docstring).
+DEFAULT_EXPERTS = 8            # The most that fit 24 GiB (module docstring).
 HOLDOUT = 64                   # Upstream evaluation images: one routing group on each device.
 SHOTS = 10                     # Per ImageNet-1k class: exactly the 10-shot set.
 ALLOWANCE_BYTES = 5 * 2 ** 30
@@ -178,12 +183,26 @@ def estimate(scale: Scale, experts: int) -> dict:
   experiment = experiment_lib.parse(config, num_devices=NUM_DEVICES)
   one_device = sharding.make_mesh(sharding.MeshConfig(data=1, expert=1), jax.devices()[:1])
   state = train_program.build(experiment, one_device).abstract_state
-  size = lambda tree: int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
-  params, adam = size(state.params), size(state.opt_state)
-  arrays = (params + adam) + params + (params + adam)     # State, gradients, the save's copy.
+  expert_shards = experiment.mesh.expert
+
+  def held(tree) -> tuple[int, int]:
+    """(bytes of one copy, bytes the simulated devices hold): the experts' leaves are split over
+    the expert axis and replicated over the data axis, every other leaf replicated on all."""
+    once = on_devices = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+      size = int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+      sharded = 'experts' in jax.tree_util.keystr(path)
+      once += size
+      on_devices += size * (NUM_DEVICES // expert_shards if sharded else NUM_DEVICES)
+    return once, on_devices
+
+  (params, params_held), (adam, adam_held) = held(state.params), held(state.opt_state)
+  # The state and the gradients on the devices; the save's host copy holds one of each shard.
+  arrays = (params_held + adam_held) + params_held + (params + adam)
   return {'experts': experts,
           'num_params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(state.params))),
-          'param_bytes': params, 'adam_bytes': adam, 'array_bytes': arrays,
+          'param_bytes': params, 'adam_bytes': adam, 'param_bytes_held': params_held,
+          'adam_bytes_held': adam_held, 'array_bytes': arrays,
           'estimate_bytes': arrays + ALLOWANCE_BYTES}
 
 
