@@ -21,9 +21,9 @@ from bench import timing
 from vmoe.routing import balanced_assignment
 
 # (tokens per group T, experts E, capacity C): B/32's 8 images of 50 tokens with E = 32 at c = 1
-# (C = round(400 / 32) = 12, halves to even), the tiny config's 16 images of 17 tokens with E = 8
-# (C = 272 / 8 = 34, E C = T), and fewer tokens than slots (E C = 272 > T = 200).
-SHAPES = {'b32': (400, 32, 12), 'tiny': (272, 8, 34), 'slots_over_tokens': (200, 8, 34)}
+# (C = round(400 / 32) = 12, halves to even) and at c = 2 (C = 25, E C = 800 > T: the tokens
+# bid), and the tiny config's 16 images of 17 tokens with E = 8 (C = 272 / 8 = 34, E C = T).
+SHAPES = {'b32': (400, 32, 12), 'tiny': (272, 8, 34), 'b32_c2': (400, 32, 25)}
 
 
 def load_module(path: str):

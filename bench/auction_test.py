@@ -13,8 +13,7 @@ def test_shapes_are_the_recipes_groups():
   # images x 17 tokens, C = 272 / 8 = 34.
   assert auction.SHAPES['b32'] == (8 * 50, 32, 12)
   assert auction.SHAPES['tiny'] == (16 * 17, 8, 34)
-  tokens, experts, capacity = auction.SHAPES['slots_over_tokens']
-  assert experts * capacity > tokens
+  assert auction.SHAPES['b32_c2'] == (400, 32, 25)     # round(2 x 400 / 32) = 25: E C > T.
 
 
 def test_baseline_rows_beside_the_current_ones(tmp_path):

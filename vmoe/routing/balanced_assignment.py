@@ -1,7 +1,7 @@
 """BASE layers' balanced assignment (Lewis et al. 2021, arXiv 2103.16716): the `base` router.
 
-Axis letters: t = token (T per routing group, padded to n), e = expert (E), c = buffer slot (C per
-expert), r = bidding row (the E experts, and a drop row when T > E C).
+Axis letters: t = token (T per routing group), e = expert (E), c = buffer slot (C per expert),
+r = bidding row (the E experts, and a drop row when T > E C).
 
 In training, BASE routes by the assignment of tokens to expert slots that maximises the total
 affinity sum a[t, e] (the paper's linear assignment objective; a = x W, the raw dot products
@@ -13,9 +13,9 @@ token greedily to its top expert: the house's token choice at k = 1
 buffer there drops the token.
 
 The assignment is solved by an auction (Bertsekas 1988), as fairseq's
-fairseq/clib/libbase/balanced_assignment.cpp does, but on a square problem, so that it provably
-stops when E C < T (fairseq's loop exits only once every token holds a slot, which is then never),
-and with epsilon scaling.
+fairseq/clib/libbase/balanced_assignment.cpp does, but bid by the side with fewer places, so that
+it provably stops when E C < T (fairseq's tokens bid, and its loop exits only once every token
+holds a slot, which is then never), and with epsilon scaling where that is valid.
 """
 import math
 from typing import NamedTuple
@@ -31,10 +31,10 @@ import jax.numpy as jnp
 # groups (30 tokens) within 1e-4 of the optimum, where one epsilon of 1e-3 is already 3e-4.
 EPSILON = 1e-4
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
-# tenth of it, down to EPSILON. Near-ties between tokens, as between the constant padding tokens
-# when E C > T, otherwise cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian
-# affinities, this one stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12), the
-# tiny config's (T = 272, E = 8, C = 34) and one with E C > T alike (bench/auction.py).
+# tenth of it, down to EPSILON (when the slots bid, E C <= T). Near-ties between tokens otherwise
+# cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian affinities, this one
+# stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and the tiny config's
+# (T = 272, E = 8, C = 34) alike (bench/auction.py).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
 # A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
@@ -61,52 +61,33 @@ def epsilon_schedule(epsilon: float, num_slots: int, num_bidders: int) -> list[f
   return [START_EPSILON / EPSILON_FACTOR ** i for i in range(phases)] + [last]
 
 
+def _bid(worth: jax.Array, eps: jax.Array):
+  """One bidder's bid on its values worth (n,) (-inf: not for sale to it) -> (object, price
+  increase): its best object (the first on ties) and best - second best + eps (+ eps alone when
+  no other object exists), so that the object ends worth the second best minus eps."""
+  objects = jnp.arange(worth.shape[0], dtype=jnp.int32)
+  best = jnp.max(worth)
+  chosen = jnp.min(jnp.where(worth == best, objects, worth.shape[0]))
+  second = jnp.max(jnp.where(objects == chosen, -jnp.inf, worth))
+  return chosen, best - jnp.where(second > -jnp.inf, second, best) + eps
+
+
 def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float = EPSILON,
                               max_iters: int = MAX_ITERS):
   """BASE's balanced assignment of one group by auction: affinity (T, E) -> (slot_token, report).
 
   slot_token (E, C) int32 holds each expert's tokens in increasing order, T in an empty slot; the
-  report is an AuctionReport. No gradient flows through the assignment (a discrete choice).
-
-  The problem is made square, n slots for n = max(T, E C) tokens, so that every slot and every
-  token ends matched: when T > E C a drop row of T - E C slots values every token at one
-  constant (its tokens are the dropped ones), and when T < E C, E C - T padding tokens are
-  worth that constant to every expert (a slot holding one is empty). Every full assignment
-  places the same number of constants, so the optimum over real tokens is unchanged. Rows r (the
-  E experts and the drop row) own slots; prices p start at 0.
-
-  In each round the row r with the most free slots (the first on ties) bids for the token j of
-  its best value v_j = a[j, r] - p_j among those it does not hold, at the price where j would be
-  worth w_r - epsilon, w_r the second best value (or the best when no other token exists): the
-  bid p_j + v_j - w_r + epsilon >= p_j + epsilon. j's previous holder loses it. The phases run
-  this at decreasing epsilons (`epsilon_schedule`); between phases each row keeps the tokens
-  worth at least its best unheld value minus the next epsilon and frees the rest, and the prices
-  stay. One bid a round costs a few passes over one row of n values; every row bidding together
-  needs a sort per row and per round, dearer on CPU than the extra rounds.
-
-  Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
-  hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is
-  worth w_r - epsilon, so no unheld token is worth more than it plus epsilon, and either the
-  lowest held token is below that (the exceptions lose the won token, u_r loses one) or it is the
-  won token (no exceptions are left). Losing a token frees a slot and adds one exception; other
-  rows' bids only lower the values of tokens r does not hold. A phase starts sound: a kept token
-  is worth at least r's best unheld value minus the new epsilon, and a freed one less. When every
-  slot is filled (u_r = 0) no unheld token is worth more than r's lowest held value m_r plus
-  epsilon; raising each held token's price to a[j, r] - m_r then gives prices under which every
-  slot's token is within epsilon of its best: epsilon-complementary slackness for the n x n
-  problem, so the total is within n epsilon_last (max(a) - min(a)) = E C epsilon (max(a) -
-  min(a)) of the optimum. Each phase stops: a bought token stays bought, so some token q stays
-  unheld while a slot is free, at its price at the phase's start; a bid never prices a token
-  above p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
-  price by >= epsilon. That bound is far above what random problems need; max_iters caps the
-  bids over all phases (a phase cut short frees nothing after it).
+  report is an AuctionReport. No gradient flows through the assignment (a discrete choice). The
+  side with fewer places bids, one bid a round (a few passes over one row: every bidder bidding
+  together needs a sort per row and per round, dearer on CPU than the extra rounds):
+  `_slots_bid` when E C <= T, `_tokens_bid` when E C > T.
 
   Args:
     affinity: (T, E) token--expert affinities.
     capacity: C, slots per expert.
-    epsilon: the last phase's bid increment, relative to the spread max(a) - min(a) of this
-      group, before the factor E C / n.
-    max_iters: the most bids, over all phases.
+    epsilon: the bid increment, relative to the spread max(a) - min(a) of this group; the total
+      is within E C epsilon (max(a) - min(a)) of the optimum.
+    max_iters: the most bids.
   """
   if affinity.ndim != 2:
     raise ValueError(f'affinity must be (T, E), got shape {affinity.shape}; vmap over groups.')
@@ -115,64 +96,123 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   if not epsilon > 0 or max_iters < 1:
     raise ValueError(f'the auction needs epsilon > 0 and max_iters >= 1, got {epsilon} and '
                      f'{max_iters}.')
+  affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32)
+  spread = jnp.maximum(jnp.max(affinity) - jnp.min(affinity), 1e-6)
+  solve = _tokens_bid if affinity.shape[1] * capacity > affinity.shape[0] else _slots_bid
+  return solve(affinity, capacity, epsilon, spread, max_iters)
+
+
+def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
+  """E C <= T: the slots bid for the tokens, with epsilon scaling.
+
+  The problem is made square, T slots for T tokens, by a drop row of T - E C slots that values
+  every token at one constant (its tokens are the dropped ones; every full assignment drops
+  T - E C tokens, so the optimum over real slots is unchanged). Rows r (the E experts and the drop
+  row) own slots; prices p start at 0. In each round the row with the most free slots (the first
+  on ties) bids (`_bid`) for its best token among those it does not hold, valued
+  v_j = a[j, r] - p_j; j's previous holder loses it. The phases run this at decreasing epsilons
+  (`epsilon_schedule`); between phases each row keeps the tokens worth at least its best unheld
+  value minus the next epsilon and frees the rest, and the prices stay (valid on a square
+  problem).
+
+  Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
+  hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is
+  worth w_r - epsilon (w_r the second best), so no unheld token is worth more than it plus
+  epsilon, and either the lowest held token is below that (the exceptions lose the won token, u_r
+  loses one) or it is the won token (none are left). Losing a token frees a slot and adds one
+  exception; other rows' bids only lower the values of tokens r does not hold. A phase starts
+  sound: a kept token is worth at least r's best unheld value minus the new epsilon, a freed one
+  less. When every slot is filled (u_r = 0) no unheld token is worth more than r's lowest held
+  value m_r plus epsilon; raising each held token's price to a[j, r] - m_r gives prices under
+  which every slot's token is within epsilon of its best: epsilon-complementary slackness, so the
+  total is within T epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
+  optimum. Each phase stops: a bought token stays bought, so some token q stays unheld while a
+  slot is free, at its price at the phase's start; a bid never prices a token above
+  p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
+  price by >= epsilon. max_iters caps the bids over all phases (a phase cut short frees nothing
+  after it).
+  """
   num_tokens, num_experts = affinity.shape
   num_slots = num_experts * capacity
-  size = max(num_tokens, num_slots)                                          # n
-  affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32).T          # (E, T)
-  lowest = jnp.min(affinity)
-  spread = jnp.maximum(jnp.max(affinity) - lowest, 1e-6)
-  value = jnp.concatenate(                                                  # (E, n)
-      [affinity, jnp.full((num_experts, size - num_tokens), lowest)], axis=1)
+  value = affinity.T                                                        # (E, T)
   row_capacity = [capacity] * num_experts
   if num_tokens > num_slots:                                                # The drop row.
-    value = jnp.concatenate([value, jnp.full((1, size), lowest)], axis=0)   # (R, n)
+    value = jnp.concatenate([value, jnp.full((1, num_tokens), jnp.min(affinity))], axis=0)
     row_capacity.append(num_tokens - num_slots)
   num_rows = len(row_capacity)
   row_capacity = jnp.array(row_capacity, jnp.int32)                         # (R,)
   rows = jnp.arange(num_rows, dtype=jnp.int32)
-  tokens = jnp.arange(size, dtype=jnp.int32)
 
   def bid(state, eps):
-    price, owner, count, bids = state                                       # (n,) (n,) (R,) ()
+    price, owner, count, bids = state                                       # (T,) (T,) (R,) ()
     free = row_capacity - count
-    most = jnp.max(free)
-    row = jnp.min(jnp.where(free == most, rows, num_rows))
-    worth = jnp.where(owner == row, -jnp.inf, value[row] - price)           # (n,)
-    best = jnp.max(worth)
-    token = jnp.min(jnp.where(worth == best, tokens, size))
-    second = jnp.max(jnp.where(tokens == token, -jnp.inf, worth))
-    threshold = jnp.where(second > -jnp.inf, second, best)
-    previous = owner[token]
-    price = price.at[token].add(best - threshold + eps)
-    owner = owner.at[token].set(row)
-    count = count - (rows == previous) + (rows == row)
-    return price, owner, count, bids + 1
+    row = jnp.min(jnp.where(free == jnp.max(free), rows, num_rows))
+    token, increase = _bid(jnp.where(owner == row, -jnp.inf, value[row] - price), eps)
+    count = count - (rows == owner[token]) + (rows == row)
+    return price.at[token].add(increase), owner.at[token].set(row), count, bids + 1
 
   def bidding(state):
-    return (jnp.sum(state[2]) < size) & (state[3] < max_iters)
+    return (jnp.sum(state[2]) < num_tokens) & (state[3] < max_iters)
 
   def free_unsound(state, eps):
     price, owner, _, bids = state
-    worth = value - price[None, :]                                          # (R, n)
+    worth = value - price[None, :]                                          # (R, T)
     held = owner[None, :] == rows[:, None]
     best_unheld = jnp.max(jnp.where(held, -jnp.inf, worth), axis=1)         # (R,)
-    keep = jnp.any(held & (worth >= best_unheld[:, None] - eps), axis=0)    # (n,)
+    keep = jnp.any(held & (worth >= best_unheld[:, None] - eps), axis=0)    # (T,)
     owner = jnp.where(keep | (bids >= max_iters), owner, num_rows)
     count = jnp.sum(owner[None, :] == rows[:, None], axis=1, dtype=jnp.int32)
     return price, owner, count, bids
 
-  state = (jnp.zeros((size,), jnp.float32), jnp.full((size,), num_rows, jnp.int32),
+  state = (jnp.zeros((num_tokens,), jnp.float32), jnp.full((num_tokens,), num_rows, jnp.int32),
            jnp.zeros((num_rows,), jnp.int32), jnp.zeros((), jnp.int32))
-  for phase, relative in enumerate(epsilon_schedule(epsilon, num_slots, size)):
+  for phase, relative in enumerate(epsilon_schedule(epsilon, num_slots, num_tokens)):
     eps = relative * spread
     if phase:
       state = free_unsound(state, eps)
     state = jax.lax.while_loop(bidding, lambda s, eps=eps: bid(s, eps), state)
   _, owner, _, bids = state
-  real = (owner[None, :] == rows[:num_experts, None]) & (tokens < num_tokens)[None, :]   # (E, n)
-  negated, _ = jax.lax.top_k(jnp.where(real, -tokens, -num_tokens), capacity)   # (E, C)
-  unfilled = min(num_tokens, num_slots) - jnp.sum(real, dtype=jnp.int32)
-  return -negated, AuctionReport(bids, unfilled)
+  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
+  held = owner[None, :] == rows[:num_experts, None]                         # (E, T)
+  negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
+  return -negated, AuctionReport(bids, num_slots - jnp.sum(held, dtype=jnp.int32))
+
+
+def _tokens_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
+  """E C > T: the tokens bid for the slots, one epsilon, from prices 0.
+
+  Slot (e, c) is worth a[t, e] - p[e, c] to token t. In each round the first token without a
+  slot bids (`_bid`) for its best slot; the slot's previous token loses it. Why it is right:
+  this is the forward auction for the asymmetric problem of fewer bidders (T) than objects
+  (E C): a bid leaves its token within epsilon of its best slot and only raises other slots'
+  prices; a token keeps its slot until outbid, so a slot once sold stays sold, and a slot never
+  sold stays at price 0, below every sold one. When every token holds a slot this is
+  epsilon-complementary slackness, the total within T epsilon (max(a) - min(a)) <= E C epsilon
+  (max(a) - min(a)) of the optimum. It stops: while a token is free, E C - T + 1 >= 2 slots
+  stay at price 0, and a bid never prices a slot above max(a) - min(a) + epsilon. Epsilon
+  scaling would break the zero prices of unsold slots that this argument needs, so there is one
+  phase; with more slots than tokens, wars are short.
+  """
+  num_tokens, num_experts = affinity.shape
+  num_slots = num_experts * capacity
+  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
+  eps = epsilon * spread
+
+  def bid(state):
+    price, holder, placed, bids = state                                     # (E C,) (E C,) (T,) ()
+    token = jnp.min(jnp.where(placed, num_tokens, tokens))
+    slot, increase = _bid(jnp.repeat(affinity[token], capacity) - price, eps)
+    placed = placed.at[holder[slot]].set(False, mode='drop').at[token].set(True)
+    return price.at[slot].add(increase), holder.at[slot].set(token), placed, bids + 1
+
+  def bidding(state):
+    return (~jnp.all(state[2])) & (state[3] < max_iters)
+
+  state = (jnp.zeros((num_slots,), jnp.float32), jnp.full((num_slots,), num_tokens, jnp.int32),
+           jnp.zeros((num_tokens,), bool), jnp.zeros((), jnp.int32))
+  _, holder, placed, bids = jax.lax.while_loop(bidding, bid, state)
+  slot_token = jnp.sort(holder.reshape(num_experts, capacity), axis=1)      # (E, C)
+  return slot_token, AuctionReport(bids, num_tokens - jnp.sum(placed, dtype=jnp.int32))
 
 
 def combine_scores(logits: jax.Array) -> jax.Array:
