@@ -4,12 +4,16 @@
 
 Per shape (--group-sizes: 8 images of 50 tokens, B/32 at 224 px, or of 197, B/16) and capacity,
 the grid times one layer's forward and forward+backward over --groups routing groups, in
-interleaved rounds: each of --routers (the configs' presets) as moe.MoeMlp, and the baselines
-round_robin (no router: the sparse layers' floor), dense_mlp (one MLP over the same tokens) and
+interleaved rounds: each of --routers (the configs' presets; any registered router, a user's
+through --router-module) as moe.MoeMlp, and the baselines round_robin (no router, buffers of the
+row's capacity: the sparse layers' floor), dense_mlp (one MLP over the same tokens) and
 soft_moe_experts (Soft MoE's experts alone, on buffers copied from the tokens). `ratios` divides
 each router's forward+backward by the baselines', and by the dense MLP's scaled by the FLOPs ratio
 (expert_tokens: the token-slots the experts process) or by XLA's FLOPs count (xla_flops: routing,
-dispatch and combine included).
+dispatch and combine included). vs_round_robin is the routing overhead; where
+ROUTING_OVERHEAD_TARGETS sets one, the entry says whether it meets it. A layer runs as the train
+step runs it (compile_row). A row of a router whose allocation is BASE's auction also gives the
+auction's bids per group on the row's own routing logits (auction_report).
 
 --expert-shards N times one device of a mesh of N expert devices: it routes its own groups over
 all E experts, then runs its E / N experts on N devices' slots (sharded_layer, ExpertShard); the
@@ -31,9 +35,16 @@ from configs import common
 from vmoe import flops
 from vmoe import moe
 from vmoe.routing import allocation
+from vmoe.routing import balanced_assignment
+from vmoe.routing import lab_routers
+from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 
 BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
+# Issue 40's targets for the routers after the paper, at the recipe's shape: forward+backward over
+# round robin's at the router's defined setting, c = 1, but k_max = 2 for topp_tc (c is its k_max).
+ROUTING_OVERHEAD_TARGETS = {('sigmoid_tc', 1.0): 1.05, ('lossfree_tc', 1.0): 1.05,
+                            ('random_tc', 1.0): 1.05, ('topp_tc', 2.0): 1.05, ('base', 1.0): 1.3}
 IMAGES_PER_GROUP = 8    # V-MoE's routing groups: 8 images.
 # Tokens of a routing group at 224 px: 8 images of (224 / patch)^2 patches + the class token.
 GROUP_SIZES = (IMAGES_PER_GROUP * (7 * 7 + 1), IMAGES_PER_GROUP * (14 * 14 + 1))   # B/32, B/16.
@@ -55,9 +66,11 @@ class ExpertShard(moe.Experts):
     return relayout(outputs, self.num_experts, self.shards).reshape(buffers.shape)
 
 
-def round_robin(num_groups: int, num_tokens: int, num_experts: int) -> router_lib.SparseRouting:
-  """Token t to expert t mod E, slot t div E, weight 1, at c = 1 (tokens past E C dropped)."""
-  capacity = allocation.compute_capacity(num_tokens, num_experts, 1)
+def round_robin(num_groups: int, num_tokens: int, num_experts: int,
+                capacity_factor: float = 1.0) -> router_lib.SparseRouting:
+  """Token t to expert t mod E, slot t div E, weight 1, in buffers of C = round(c T / E) slots
+  (tokens past E C dropped, slots past T empty)."""
+  capacity = allocation.compute_capacity(num_tokens, num_experts, capacity_factor)
   slot_token = jnp.arange(num_experts * capacity, dtype=jnp.int32).reshape(capacity, num_experts).T
   slot_token = jnp.where(slot_token < num_tokens, slot_token, num_tokens)    # (E, C): c E + e.
   slot_token = jnp.broadcast_to(slot_token, (num_groups,) + slot_token.shape)
@@ -68,10 +81,12 @@ class RoundRobin(nn.Module):
   """A router for moe.MoeMlp without parameters: groups (G, S, D) -> (round_robin's routing, no
   auxiliary loss)."""
   num_experts: int
+  capacity_factor: float = 1.0
 
   def __call__(self, x, *, train):
     del train
-    return round_robin(*x.shape[:2], self.num_experts), {'aux_loss': jnp.zeros((), jnp.float32)}
+    route = round_robin(*x.shape[:2], self.num_experts, self.capacity_factor)
+    return route, {'aux_loss': jnp.zeros((), jnp.float32)}
 
 
 def sharded_layer(router: nn.Module, images_per_group: int, num_experts: int, mlp_dim: int,
@@ -108,9 +123,11 @@ class SoftMoeExperts(nn.Module):
     return experts(jnp.transpose(buffers, (1, 0, 2, 3)), train=train)
 
 
-def router_config(name: str, capacity: float, experts: int) -> router_lib.RouterConfig:
-  """The configs' preset of router `name` at this capacity (noise, balance losses, solver)."""
-  preset = common.moe_config(name, capacity, experts, IMAGES_PER_GROUP)
+def router_config(name: str, capacity: float, experts: int,
+                  router_module: str = '') -> router_lib.RouterConfig:
+  """The configs' preset of router `name` at this capacity (noise, balance losses, solver);
+  router_module registers a router of the user's own (docs/routers.md)."""
+  preset = common.moe_config(name, capacity, experts, IMAGES_PER_GROUP, router_module)
   return router_lib.RouterConfig(**preset.router.to_dict())
 
 
@@ -121,9 +138,9 @@ def expert_tokens(args) -> int:
     return args.groups * args.group_size
   if args.router == 'round_robin':
     return args.groups * args.experts * allocation.compute_capacity(
-        args.group_size, args.experts, 1)
+        args.group_size, args.experts, args.capacity)
   config = router_config(step.SOFT_MOE if args.router == 'soft_moe_experts' else args.router,
-                         args.capacity, args.experts)
+                         args.capacity, args.experts, args.router_module)
   images = moe.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
   tokens = args.group_size // IMAGES_PER_GROUP * images
   return args.groups * IMAGES_PER_GROUP // images * args.experts * config.capacity(
@@ -140,8 +157,9 @@ def layer(args) -> nn.Module:
     slots = expert_tokens(args) // (args.groups * IMAGES_PER_GROUP * args.experts)
     return SoftMoeExperts(args.experts, mlp_dim, slots, shards)
   if args.router == 'round_robin':
-    return sharded_layer(RoundRobin(args.experts), IMAGES_PER_GROUP, args.experts, mlp_dim, shards)
-  config = router_config(args.router, args.capacity, args.experts)
+    return sharded_layer(RoundRobin(args.experts, args.capacity), IMAGES_PER_GROUP, args.experts,
+                         mlp_dim, shards)
+  config = router_config(args.router, args.capacity, args.experts, args.router_module)
   dtype = moe.buffer_dtype(jnp.float32, args.dispatch_dtype)
   if shards > 1:
     return sharded_layer(router_lib.Router(config, args.experts),
@@ -152,35 +170,69 @@ def layer(args) -> nn.Module:
 
 
 class CompiledRow(NamedTuple):
-  """One row's forward and forward+backward compiled, its inputs, and XLA's FLOPs of the
-  forward+backward (vmoe/flops.py says what they count)."""
+  """One row's forward and forward+backward compiled, its inputs (parameters, routers' state,
+  tokens), and XLA's FLOPs of the forward+backward (vmoe/flops.py says what they count)."""
   forward: Any
   forward_backward: Any
   params: Any
+  state: Any
   x: jax.Array
   xla_flops: float
 
   def time_round(self) -> dict:
     """One timed call of each."""
-    return {name: timing.time_ms(fn, self.params, self.x, warmup=0, repeats=1)
+    return {name: timing.time_ms(fn, self.params, self.state, self.x, warmup=0, repeats=1)
             for name, fn in (('forward_ms', self.forward),
                              ('forward_backward_ms', self.forward_backward))}
 
 
 def compile_row(args) -> CompiledRow:
-  """The row's layer on --groups groups of 8 images, each of group_size / 8 tokens."""
+  """The row's layer on --groups groups of 8 images, each of group_size / 8 tokens, applied as
+  the train step applies the model (vmoe/train_step.py): the routers' state mutable (lossfree_tc's
+  bias update timed), the auxiliary loss added to the loss, gradients of the parameters (not of
+  the state: random_tc's frozen kernel has none) and of the tokens."""
   module = layer(args)
   shape = (args.groups * IMAGES_PER_GROUP, args.group_size // IMAGES_PER_GROUP, args.dim)
   x = jax.random.normal(jax.random.PRNGKey(0), shape)
-  params = module.init(jax.random.PRNGKey(1), x, train=False)
+  variables = module.init(jax.random.PRNGKey(1), x, train=False)
+  params, state = variables['params'], variables.get(router_lib.ROUTER_STATE, {})
 
-  def apply(params, x):
-    out = module.apply(params, x, train=True, rngs={'gating': jax.random.PRNGKey(2)})
-    return out if isinstance(out, jax.Array) else out[0] + 0 * out[1]['aux_loss']
-  loss = lambda p, x: jnp.mean(apply(p, x) ** 2)
-  forward = jax.jit(apply).lower(params, x).compile()
-  forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(params, x).compile()
-  return CompiledRow(forward, forward_backward, params, x, flops.compiled_flops(forward_backward))
+  def apply(params, state, x):
+    out, updated = module.apply({'params': params, router_lib.ROUTER_STATE: state}, x, train=True,
+                                rngs={'gating': jax.random.PRNGKey(2)},
+                                mutable=[router_lib.ROUTER_STATE])
+    y, aux_loss = (out, 0.0) if isinstance(out, jax.Array) else (out[0], out[1]['aux_loss'])
+    return y, aux_loss, updated
+
+  def loss(params, state, x):
+    y, aux_loss, updated = apply(params, state, x)
+    return jnp.mean(y ** 2) + aux_loss, updated
+  forward = jax.jit(apply).lower(params, state, x).compile()
+  forward_backward = jax.jit(jax.value_and_grad(loss, argnums=(0, 2), has_aux=True)).lower(
+      params, state, x).compile()
+  return CompiledRow(forward, forward_backward, params, state, x,
+                     flops.compiled_flops(forward_backward))
+
+
+def auction_report(args, row: CompiledRow) -> dict:
+  """For a router whose allocation is BASE's auction: the auction run alone on the row's routing
+  logits (x W of its parameters, in the layer's groups of 8 images), at the router's options; the
+  bids per group (median, max) and the placements left missing. {} for any other router."""
+  if args.router in BASELINES:
+    return {}
+  config = router_config(args.router, args.capacity, args.experts, args.router_module)
+  if config.spec.allocation.kind != lab_routers.BALANCED_ASSIGNMENT:
+    return {}
+  groups = row.x.reshape(args.groups, args.group_size, args.dim)
+  logits = jnp.einsum('gsd,de->gse', groups, row.params['router']['kernel'])
+  capacity = config.capacity(args.group_size, args.experts)
+  epsilon, max_iters = config.options['auction_epsilon'], config.options['auction_max_iters']
+  _, report = jax.jit(jax.vmap(lambda a: balanced_assignment.balanced_assignment_slots(
+      a, capacity, epsilon, max_iters)))(logits)
+  return {'auction_epsilon': epsilon, 'auction_max_iters': max_iters,
+          'auction_iterations_median': float(jnp.median(report.iterations)),
+          'auction_iterations_max': int(jnp.max(report.iterations)),
+          'auction_unfilled': int(jnp.sum(report.unfilled))}
 
 
 def row_fields(args) -> dict:
@@ -200,7 +252,7 @@ def measure(rows_args: list, args) -> list[dict]:
     for _ in range(args.warmup):
       row.time_round()
   times = timing.interleaved([row.time_round for row in compiled], args.repeats)
-  return [{**row_fields(row_args), 'xla_flops': row.xla_flops,
+  return [{**row_fields(row_args), 'xla_flops': row.xla_flops, **auction_report(row_args, row),
            **{name: round(statistics.median(ms), 2) for name, ms in t.items()},
            'rounds_forward_backward_ms': [round(ms, 2) for ms in t['forward_backward_ms']]}
           for row_args, row, t in zip(rows_args, compiled, times)]
@@ -228,6 +280,10 @@ def ratios(rows: list) -> list:
       xla_ratio = row['xla_flops'] / dense['xla_flops']
       found['xla_flops_ratio'] = round(xla_ratio, 3)
       found['vs_xla_flops_scaled_dense'] = round(ms(name) / (ms('dense_mlp') * xla_ratio), 3)
+      target = ROUTING_OVERHEAD_TARGETS.get((name, float(shape[1])))
+      if target is not None:
+        found['routing_overhead_target'] = target
+        found['meets_target'] = found['vs_round_robin'] <= target
       if name == step.SOFT_MOE and 'soft_moe_experts' in at:
         found['vs_own_experts'] = round(ms(name) / ms('soft_moe_experts'), 3)
         found['own_experts_vs_flops_scaled_dense'] = round(
@@ -247,8 +303,12 @@ def grid_rows(args, group_size: int, capacity: float) -> list:
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   numbers = lambda kind: lambda text: [kind(x) for x in text.split(',') if x]
-  parser.add_argument('--routers', default=','.join(router_lib.PAPER_ROUTERS),
-                      help='comma-separated (default: the six paper routers)')
+  routers = (*router_lib.PAPER_ROUTERS, *lab_routers.ROUTERS)
+  parser.add_argument('--routers', default=','.join(routers),
+                      help='comma-separated registered routers (default: the six paper routers '
+                           'and the five after the paper)')
+  parser.add_argument('--router-module', default='',
+                      help='a module (.py path or dotted name) registering routers of your own')
   parser.add_argument('--dispatch-dtype', default='float32', choices=tuple(moe.DISPATCH_DTYPES),
                       help="the MoE layers' moe.dispatch_dtype (the paper configs': bfloat16)")
   parser.add_argument('--groups', type=int, default=8)
@@ -265,6 +325,10 @@ def parse_args(argv):
   parser.add_argument('--out', default='bench/results/moe_layer.json')
   args = parser.parse_args(argv)
   args.routers = [r for r in args.routers.split(',') if r]
+  try:
+    registry.import_router_module(args.router_module)
+  except ValueError as e:
+    parser.error(f'--router-module: {e}')
   if not set(args.routers) <= set(router_lib.ROUTERS):
     parser.error(f'--routers: valid values are {", ".join(sorted(router_lib.ROUTERS))}')
   if any(s < IMAGES_PER_GROUP or s % IMAGES_PER_GROUP for s in args.group_sizes):

@@ -81,14 +81,50 @@ def test_ratios_hand_worked():
        'vs_round_robin': 1.2, 'xla_flops_ratio': 1.25, 'vs_xla_flops_scaled_dense': 1.2}]
 
 
+def test_routers_after_the_paper_beside_round_robin(tmp_path):
+  out = tmp_path / 'moe_layer.json'
+  moe_layer.main(TINY + ['--routers', 'sigmoid_tc,lossfree_tc,topp_tc,random_tc,base',
+                         '--capacities', '1,2', '--out', str(out)])
+  result = json.loads(out.read_text())
+  rows = {(r['router'], r['capacity']): r for r in result['rows']}
+  # BASE's rows give the auction's bids per group on the row's logits: at c = 1, E C = 4 x 4 = 16
+  # slots for T = 16 tokens, so at least 16 bids, and no slot left empty.
+  base = rows[('base', 1.0)]
+  assert base['auction_iterations_max'] >= base['auction_iterations_median'] >= 16
+  assert base['auction_unfilled'] == 0 and base['auction_epsilon'] == 1e-4
+  assert not any(key.startswith('auction') for key in rows[('sigmoid_tc', 1.0)])
+  # Round robin's buffers follow the capacity: C = 4 at c = 1, 8 at c = 2, in 2 groups of E = 4.
+  assert rows[('round_robin', 2.0)]['expert_tokens'] == 2 * 4 * 8 == rows[('topp_tc', 2.0)][
+      'expert_tokens']
+  ratios = {(r['router'], r['capacity']): r for r in result['ratios']}
+  assert all('vs_round_robin' in r for r in ratios.values())
+  targets = {key: r['routing_overhead_target'] for key, r in ratios.items()
+             if 'routing_overhead_target' in r}
+  assert targets == {('sigmoid_tc', 1): 1.05, ('lossfree_tc', 1): 1.05, ('random_tc', 1): 1.05,
+                     ('topp_tc', 2): 1.05, ('base', 1): 1.3}
+  assert all(r['meets_target'] == (r['vs_round_robin'] <= r['routing_overhead_target'])
+             for r in ratios.values() if 'routing_overhead_target' in r)
+
+
+def test_a_router_of_ones_own_by_its_module(tmp_path):
+  out = tmp_path / 'moe_layer.json'
+  moe_layer.main(TINY + ['--routers', 'ema_tc', '--router-module', 'docs/example_router.py',
+                         '--out', str(out)])
+  assert [r['router'] for r in json.loads(out.read_text())['rows']] == [
+      'ema_tc', 'round_robin', 'dense_mlp']
+
+
 def test_expert_tokens_at_the_b32_recipe_shape():
   # 16 groups of 8 images of 50 tokens, E = 32. Sparse routers: C = round(c 400 / 32) with halves
   # to even (12.5 -> 12, 25) per group; Soft MoE: C = round(c 50 / 32) (1.5625 -> 2, 3.125 -> 3)
   # per image; the dense MLP: every token.
   args = lambda router, c=1.0: moe_layer.argparse.Namespace(
-      router=router, capacity=c, groups=16, group_size=400, experts=32)
+      router=router, capacity=c, groups=16, group_size=400, experts=32, router_module='')
   assert moe_layer.expert_tokens(args('dense_mlp')) == 16 * 400
-  assert moe_layer.expert_tokens(args('round_robin', 2.0)) == 16 * 32 * 12
+  assert moe_layer.expert_tokens(args('round_robin')) == 16 * 32 * 12
+  assert moe_layer.expert_tokens(args('round_robin', 2.0)) == 16 * 32 * 25
+  # topp_tc at its k_max = c = 2: token choice's buffers at k = 2.
+  assert moe_layer.expert_tokens(args('topp_tc', 2.0)) == 16 * 32 * 25
   assert moe_layer.expert_tokens(args('softmax_ec')) == 16 * 32 * 12
   assert moe_layer.expert_tokens(args('sinkhorn_ec', 2.0)) == 16 * 32 * 25
   assert moe_layer.expert_tokens(args('soft_moe')) == 128 * 32 * 2
@@ -104,6 +140,9 @@ def test_round_robin_fills_experts_in_turn():
   # 6 tokens: C = round(1.5) = 2; slots past the last token hold the empty index T = 6.
   np.testing.assert_array_equal(moe_layer.round_robin(1, 6, 4).slot_token[0],
                                 [[0, 4], [1, 5], [2, 6], [3, 6]])
+  # At c = 2, C = round(2 x 6 / 4) = 3 slots: the buffers of a c = 2 router, half of them empty.
+  np.testing.assert_array_equal(moe_layer.round_robin(1, 6, 4, 2.0).slot_token[0],
+                                [[0, 4, 6], [1, 5, 6], [2, 6, 6], [3, 6, 6]])
 
 
 def test_expert_shard_runs_each_slot_through_its_devices_local_expert():
@@ -143,11 +182,11 @@ def test_expert_shard_runs_local_experts_on_every_devices_groups():
 
 
 @pytest.mark.parametrize('name, dispatch_dtype', [
-    *((name, jnp.float32) for name in router_lib.PAPER_ROUTERS),
+    *((name, jnp.float32) for name in sorted(router_lib.ROUTERS)),
     ('softmax_tc', jnp.bfloat16), ('soft_moe', jnp.bfloat16)])   # Index and dense dispatch.
 def test_sharded_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
-  # Same parameters, same router noise: ExpertShard at shards = 1 runs moe.Experts' arithmetic
-  # (the relayout moves bytes only), so outputs and auxiliary losses match exactly.
+  # Same parameters and state, same router noise: ExpertShard at shards = 1 runs moe.Experts'
+  # arithmetic (the relayout moves bytes only), so outputs and auxiliary losses match exactly.
   config = moe_layer.router_config(name, 1.0, 4)
   x = jax.random.normal(jax.random.PRNGKey(0), (16, 6, 8))      # 2 groups of 8 images.
   library = moe.moe_mlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
@@ -168,6 +207,7 @@ def test_sharded_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
 
 @pytest.mark.parametrize('flags, message', [
     (['--routers', 'hash'], '--routers: valid values'),
+    (['--router-module', 'no_such_module'], '--router-module: router_module='),
     (['--experts', '4', '--expert-shards', '3'], 'divide --experts 4'),
     (['--group-sizes', '20'], 'must be 8 images of equal size'),
     (['--capacities', 'one'], "argument --capacities: invalid"),
@@ -176,3 +216,10 @@ def test_bad_flags_exit_2(flags, message, capsys):
   with pytest.raises(SystemExit) as exit_info:
     moe_layer.main(flags)
   assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_default_routers_are_the_repositorys():
+  # The six paper routers, then the five after the paper, as registered.
+  assert moe_layer.parse_args([]).routers == [
+      'softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe',
+      'sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc']

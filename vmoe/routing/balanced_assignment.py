@@ -1,7 +1,7 @@
 """BASE layers' balanced assignment (Lewis et al. 2021, arXiv 2103.16716): the `base` router.
 
-Axis letters: t = token (T per routing group, padded to P), e = expert (E), c = buffer slot (C per
-expert), r = bid rank.
+Axis letters: t = token (T per routing group), e = expert (E), c = buffer slot (C per expert),
+r = bidding row (the E experts, and a drop row when T > E C).
 
 In training, BASE routes by the assignment of tokens to expert slots that maximises the total
 affinity sum a[t, e] (the paper's linear assignment objective; a = x W, the raw dot products
@@ -13,9 +13,11 @@ token greedily to its top expert: the house's token choice at k = 1
 buffer there drops the token.
 
 The assignment is solved by an auction (Bertsekas 1988), as fairseq's
-fairseq/clib/libbase/balanced_assignment.cpp does, but with bidding arranged so that it provably
-stops when E C < T (fairseq's loop exits only once every token holds a slot, which is then never).
+fairseq/clib/libbase/balanced_assignment.cpp does, but bid by the side with fewer places, so that
+it provably stops when E C < T (fairseq's tokens bid, and its loop exits only once every token
+holds a slot, which is then never), and with epsilon scaling where that is valid.
 """
+import math
 from typing import NamedTuple
 
 import jax
@@ -24,20 +26,50 @@ import jax.numpy as jnp
 # The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities: the
 # assignment's total is within E C epsilon (max(a) - min(a)) of the optimum, a bound that random
 # problems beat by orders of magnitude (balanced_assignment_test.py checks 1e-4 of the optimum).
-# fairseq's 1/50 needs fewer rounds but stops a few 1e-3 of the optimum short; 1e-4 needs about 1.5
-# times the rounds of 1e-3 for no gain a router could feel.
-EPSILON = 1e-3
-# A bound on the rounds, so that a step's time is bounded; a group that needs more keeps the slots
+# fairseq's 1/50 stops a few 1e-3 of the optimum short. Under epsilon scaling the last tenfold
+# costs few bids: 1e-4 rather than 1e-3 adds under a tenth at the B/32 group, and keeps small
+# groups (30 tokens) within 1e-4 of the optimum, where one epsilon of 1e-3 is already 3e-4.
+EPSILON = 1e-4
+# Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
+# tenth of it, down to EPSILON (when the slots bid, E C <= T). Near-ties between tokens otherwise
+# cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian affinities, this one
+# stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and the tiny config's
+# (T = 272, E = 8, C = 34) alike (bench/auction.py).
+START_EPSILON = 3e-2
+EPSILON_FACTOR = 10
+# A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
 # it filled, leaves the rest empty and says so in AuctionReport.unfilled.
-MAX_ITERS = 2000
+MAX_ITERS = 20_000
 
 
 class AuctionReport(NamedTuple):
-  """How the auction of one group went: iterations (int32), the rounds of bidding it ran, and
-  unfilled (int32), the slots it should have filled but had not when MAX_ITERS stopped it (0 when
-  it converged)."""
+  """How the auction of one group went: iterations (int32), the bids it placed over all its
+  phases (one a round), and unfilled (int32), the placements min(T, E C) it should have made but
+  had not when max_iters stopped it (0 when it converged)."""
   iterations: jax.Array
   unfilled: jax.Array
+
+
+def epsilon_schedule(epsilon: float, num_slots: int, num_bidders: int) -> list[float]:
+  """The phases' epsilons, relative to the spread: START_EPSILON divided by EPSILON_FACTOR until
+  the last, epsilon E C / n (n = max(T, E C) bidding slots, so that the n slots' slack sums to
+  E C epsilon)."""
+  last = epsilon * num_slots / num_bidders
+  if last >= START_EPSILON:
+    return [last]
+  phases = math.ceil(math.log(START_EPSILON / last) / math.log(EPSILON_FACTOR))
+  return [START_EPSILON / EPSILON_FACTOR ** i for i in range(phases)] + [last]
+
+
+def _bid(worth: jax.Array, eps: jax.Array):
+  """One bidder's bid on its values worth (n,) (-inf: not for sale to it) -> (object, price
+  increase): its best object (the first on ties) and best - second best + eps (+ eps alone when
+  no other object exists), so that the object ends worth the second best minus eps."""
+  objects = jnp.arange(worth.shape[0], dtype=jnp.int32)
+  best = jnp.max(worth)
+  chosen = jnp.min(jnp.where(worth == best, objects, worth.shape[0]))
+  second = jnp.max(jnp.where(objects == chosen, -jnp.inf, worth))
+  return chosen, best - jnp.where(second > -jnp.inf, second, best) + eps
 
 
 def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float = EPSILON,
@@ -45,39 +77,17 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   """BASE's balanced assignment of one group by auction: affinity (T, E) -> (slot_token, report).
 
   slot_token (E, C) int32 holds each expert's tokens in increasing order, T in an empty slot; the
-  report is an AuctionReport. No gradient flows through the assignment (a discrete choice).
-
-  The slots bid for the tokens, so bidders are never more than the objects: the tokens are padded
-  with E C - T constant dummies when T < E C (any constant adds the same to every full assignment,
-  so the optimum over real tokens is unchanged; a slot holding a dummy is empty) and with one more
-  column of -inf, a sentinel that is never bought. Prices p start at 0. In each round every expert
-  e with u_e free slots finds the values v_j = a[j, e] - p_j of the tokens it does not hold, bids
-  for its u_e best and prices each at the value where it would be worth w_e - epsilon, w_e the
-  (u_e + 1)-th best value (or the u_e-th when no other exists): the bid for token j is
-  p_j + v_j - w_e + epsilon >= p_j + epsilon. Each token goes to its highest bidder at that price,
-  and its previous holder loses it. The experts' slots are interchangeable, so one expert bids for
-  several tokens at once, as fairseq's experts do.
-
-  Why it is right: call e's state sound if every token it holds is worth at least the best token
-  it does not hold minus epsilon, except for at most u_e tokens it does not hold. The u_e best
-  tokens are exactly the exceptions it bids for; a token it wins is worth w_e - epsilon, at most
-  epsilon below any token it did not bid for; a token it loses to a higher bid becomes one more
-  exception and frees one more slot; other experts' bids only lower the values of tokens it does
-  not hold. So soundness holds every round, and when every slot is filled (u_e = 0) each expert
-  holds tokens within epsilon of its best: raising each held token's price to a[j, e] minus e's
-  lowest held value then gives prices under which every slot is within epsilon of its best token,
-  and tokens never bought are at price 0. That is epsilon-complementary slackness for the
-  asymmetric assignment problem, so the total is within E C epsilon of the optimum. It stops:
-  each round with a free slot places at least one bid, which raises a price by >= epsilon, and no
-  price exceeds max(a) - min(a) + epsilon (a token at price 0 is always left while a slot is free,
-  and a bid never pays more than that token's value is below). Its bound, P (spread / epsilon + 1)
-  rounds, is far above what random problems need; max_iters caps it.
+  report is an AuctionReport. No gradient flows through the assignment (a discrete choice). The
+  side with fewer places bids, one bid a round (a few passes over one row: every bidder bidding
+  together needs a sort per row and per round, dearer on CPU than the extra rounds):
+  `_slots_bid` when E C <= T, `_tokens_bid` when E C > T.
 
   Args:
     affinity: (T, E) token--expert affinities.
     capacity: C, slots per expert.
-    epsilon: the bid increment, relative to the spread max(a) - min(a) of this group.
-    max_iters: the most rounds of bidding.
+    epsilon: the bid increment, relative to the spread max(a) - min(a) of this group; the total
+      is within E C epsilon (max(a) - min(a)) of the optimum.
+    max_iters: the most bids.
   """
   if affinity.ndim != 2:
     raise ValueError(f'affinity must be (T, E), got shape {affinity.shape}; vmap over groups.')
@@ -86,55 +96,123 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   if not epsilon > 0 or max_iters < 1:
     raise ValueError(f'the auction needs epsilon > 0 and max_iters >= 1, got {epsilon} and '
                      f'{max_iters}.')
+  affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32)
+  spread = jnp.maximum(jnp.max(affinity) - jnp.min(affinity), 1e-6)
+  solve = _tokens_bid if affinity.shape[1] * capacity > affinity.shape[0] else _slots_bid
+  return solve(affinity, capacity, epsilon, spread, max_iters)
+
+
+def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
+  """E C <= T: the slots bid for the tokens, with epsilon scaling.
+
+  The problem is made square, T slots for T tokens, by a drop row of T - E C slots that values
+  every token at one constant (its tokens are the dropped ones; every full assignment drops
+  T - E C tokens, so the optimum over real slots is unchanged). Rows r (the E experts and the drop
+  row) own slots; prices p start at 0. In each round the row with the most free slots (the first
+  on ties) bids (`_bid`) for its best token among those it does not hold, valued
+  v_j = a[j, r] - p_j; j's previous holder loses it. The phases run this at decreasing epsilons
+  (`epsilon_schedule`); between phases each row keeps the tokens worth at least its best unheld
+  value minus the next epsilon and frees the rest, and the prices stay (valid on a square
+  problem).
+
+  Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
+  hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is
+  worth w_r - epsilon (w_r the second best), so no unheld token is worth more than it plus
+  epsilon, and either the lowest held token is below that (the exceptions lose the won token, u_r
+  loses one) or it is the won token (none are left). Losing a token frees a slot and adds one
+  exception; other rows' bids only lower the values of tokens r does not hold. A phase starts
+  sound: a kept token is worth at least r's best unheld value minus the new epsilon, a freed one
+  less. When every slot is filled (u_r = 0) no unheld token is worth more than r's lowest held
+  value m_r plus epsilon; raising each held token's price to a[j, r] - m_r gives prices under
+  which every slot's token is within epsilon of its best: epsilon-complementary slackness, so the
+  total is within T epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
+  optimum. Each phase stops: a bought token stays bought, so some token q stays unheld while a
+  slot is free, at its price at the phase's start; a bid never prices a token above
+  p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
+  price by >= epsilon. max_iters caps the bids over all phases (a phase cut short frees nothing
+  after it).
+  """
   num_tokens, num_experts = affinity.shape
   num_slots = num_experts * capacity
-  num_padded = max(num_tokens, num_slots) + 1
-  affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32).T          # (E, T)
-  lowest = jnp.min(affinity)
-  eps = epsilon * jnp.maximum(jnp.max(affinity) - lowest, 1e-6)
-  value = jnp.concatenate([                                                 # (E, P)
-      affinity,
-      jnp.full((num_experts, num_padded - 1 - num_tokens), lowest),          # Dummies.
-      jnp.full((num_experts, 1), -jnp.inf)], axis=1)                        # Sentinel.
-  experts = jnp.arange(num_experts, dtype=jnp.int32)
-  ranks = jnp.arange(capacity + 1)
+  value = affinity.T                                                        # (E, T)
+  row_capacity = [capacity] * num_experts
+  if num_tokens > num_slots:                                                # The drop row.
+    value = jnp.concatenate([value, jnp.full((1, num_tokens), jnp.min(affinity))], axis=0)
+    row_capacity.append(num_tokens - num_slots)
+  num_rows = len(row_capacity)
+  row_capacity = jnp.array(row_capacity, jnp.int32)                         # (R,)
+  rows = jnp.arange(num_rows, dtype=jnp.int32)
 
-  def holdings(owner):
-    return owner[None, :] == experts[:, None]                               # (E, P)
-
-  def bid_round(state):
-    price, owner, rounds = state
-    held = holdings(owner)
-    free = capacity - jnp.sum(held, axis=1)                                 # (E,)
-    worth = jnp.where(held, -jnp.inf, value - price[None, :])               # (E, P)
-    top_worth, top_token = jax.lax.top_k(worth, capacity + 1)              # (E, C+1)
-    after = jnp.take_along_axis(top_worth, free[:, None], axis=1)          # (E, 1)
-    last = jnp.take_along_axis(top_worth, jnp.maximum(free - 1, 0)[:, None], axis=1)
-    threshold = jnp.where(jnp.isfinite(after), after, last)                # w_e, (E, 1)
-    bid = jnp.take_along_axis(value, top_token, axis=1) - threshold + eps   # (E, C+1)
-    bid = jnp.where(ranks[None, :] < free[:, None], bid, -jnp.inf)
-    bids = jnp.full((num_experts, num_padded), -jnp.inf).at[
-        experts[:, None], top_token].set(bid)                              # (E, P)
-    best = jnp.max(bids, axis=0)                                           # (P,)
-    sold = best > -jnp.inf
-    price = jnp.where(sold, best, price)
-    owner = jnp.where(sold, jnp.argmax(bids, axis=0).astype(jnp.int32), owner)
-    return price, owner, rounds + 1
-
-  def unfilled(owner):
-    return num_slots - jnp.sum(owner < num_experts, dtype=jnp.int32)
+  def bid(state, eps):
+    price, owner, count, bids = state                                       # (T,) (T,) (R,) ()
+    free = row_capacity - count
+    row = jnp.min(jnp.where(free == jnp.max(free), rows, num_rows))
+    token, increase = _bid(jnp.where(owner == row, -jnp.inf, value[row] - price), eps)
+    count = count - (rows == owner[token]) + (rows == row)
+    return price.at[token].add(increase), owner.at[token].set(row), count, bids + 1
 
   def bidding(state):
-    _, owner, rounds = state
-    return (unfilled(owner) > 0) & (rounds < max_iters)
+    return (jnp.sum(state[2]) < num_tokens) & (state[3] < max_iters)
 
-  start = (jnp.zeros((num_padded,), jnp.float32),
-           jnp.full((num_padded,), num_experts, jnp.int32), jnp.zeros((), jnp.int32))
-  _, owner, rounds = jax.lax.while_loop(bidding, bid_round, start)
-  token = jnp.arange(num_padded, dtype=jnp.int32)
-  real = holdings(owner) & (token < num_tokens)[None, :]                   # (E, P)
-  negated, _ = jax.lax.top_k(jnp.where(real, -token, -num_tokens), capacity)   # (E, C)
-  return -negated, AuctionReport(rounds, unfilled(owner))
+  def free_unsound(state, eps):
+    price, owner, _, bids = state
+    worth = value - price[None, :]                                          # (R, T)
+    held = owner[None, :] == rows[:, None]
+    best_unheld = jnp.max(jnp.where(held, -jnp.inf, worth), axis=1)         # (R,)
+    keep = jnp.any(held & (worth >= best_unheld[:, None] - eps), axis=0)    # (T,)
+    owner = jnp.where(keep | (bids >= max_iters), owner, num_rows)
+    count = jnp.sum(owner[None, :] == rows[:, None], axis=1, dtype=jnp.int32)
+    return price, owner, count, bids
+
+  state = (jnp.zeros((num_tokens,), jnp.float32), jnp.full((num_tokens,), num_rows, jnp.int32),
+           jnp.zeros((num_rows,), jnp.int32), jnp.zeros((), jnp.int32))
+  for phase, relative in enumerate(epsilon_schedule(epsilon, num_slots, num_tokens)):
+    eps = relative * spread
+    if phase:
+      state = free_unsound(state, eps)
+    state = jax.lax.while_loop(bidding, lambda s, eps=eps: bid(s, eps), state)
+  _, owner, _, bids = state
+  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
+  held = owner[None, :] == rows[:num_experts, None]                         # (E, T)
+  negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
+  return -negated, AuctionReport(bids, num_slots - jnp.sum(held, dtype=jnp.int32))
+
+
+def _tokens_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
+  """E C > T: the tokens bid for the slots, one epsilon, from prices 0.
+
+  Slot (e, c) is worth a[t, e] - p[e, c] to token t. In each round the first token without a
+  slot bids (`_bid`) for its best slot; the slot's previous token loses it. Why it is right:
+  this is the forward auction for the asymmetric problem of fewer bidders (T) than objects
+  (E C): a bid leaves its token within epsilon of its best slot and only raises other slots'
+  prices; a token keeps its slot until outbid, so a slot once sold stays sold, and a slot never
+  sold stays at price 0, below every sold one. When every token holds a slot this is
+  epsilon-complementary slackness, the total within T epsilon (max(a) - min(a)) <= E C epsilon
+  (max(a) - min(a)) of the optimum. It stops: while a token is free, E C - T + 1 >= 2 slots
+  stay at price 0, and a bid never prices a slot above max(a) - min(a) + epsilon. Epsilon
+  scaling would break the zero prices of unsold slots that this argument needs, so there is one
+  phase; with more slots than tokens, wars are short.
+  """
+  num_tokens, num_experts = affinity.shape
+  num_slots = num_experts * capacity
+  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
+  eps = epsilon * spread
+
+  def bid(state):
+    price, holder, placed, bids = state                                     # (E C,) (E C,) (T,) ()
+    token = jnp.min(jnp.where(placed, num_tokens, tokens))
+    slot, increase = _bid(jnp.repeat(affinity[token], capacity) - price, eps)
+    placed = placed.at[holder[slot]].set(False, mode='drop').at[token].set(True)
+    return price.at[slot].add(increase), holder.at[slot].set(token), placed, bids + 1
+
+  def bidding(state):
+    return (~jnp.all(state[2])) & (state[3] < max_iters)
+
+  state = (jnp.zeros((num_slots,), jnp.float32), jnp.full((num_slots,), num_tokens, jnp.int32),
+           jnp.zeros((num_tokens,), bool), jnp.zeros((), jnp.int32))
+  _, holder, placed, bids = jax.lax.while_loop(bidding, bid, state)
+  slot_token = jnp.sort(holder.reshape(num_experts, capacity), axis=1)      # (E, C)
+  return slot_token, AuctionReport(bids, num_tokens - jnp.sum(placed, dtype=jnp.int32))
 
 
 def combine_scores(logits: jax.Array) -> jax.Array:

@@ -86,14 +86,28 @@ def test_vmap_over_groups_and_iteration_cap():
     alone, _ = balanced_assignment.balanced_assignment_slots(affinity[g], 5)
     np.testing.assert_array_equal(batched[g], alone)
   assert report.iterations.shape == (3,) and (report.unfilled == 0).all()
-  # One round fills at most each expert's first bids; the report counts the slots left empty, and
-  # the partial assignment still obeys every constraint.
+  # A round is one bid, which fills one slot; the later phases free nothing once the cap is
+  # reached, so the report counts 20 - 1 = 19 placements missing.
   slot_token, report = balanced_assignment.balanced_assignment_slots(affinity[0], 5, max_iters=1)
-  assert int(report.iterations) == 1
+  assert int(report.iterations) == 1 and int(report.unfilled) == 19
+  assert int(np.sum(np.asarray(slot_token) < 20)) == 1
+  # Capped mid-way, the partial assignment still obeys every constraint.
+  slot_token, report = balanced_assignment.balanced_assignment_slots(affinity[0], 5, max_iters=12)
   filled = int(np.sum(np.asarray(slot_token) < 20))
-  assert int(report.unfilled) == 20 - filled
+  assert int(report.iterations) == 12 and 0 < filled < 20 and int(report.unfilled) == 20 - filled
   placed = np.asarray(slot_token)[np.asarray(slot_token) < 20]
   assert len(np.unique(placed)) == len(placed)
+
+
+def test_epsilon_schedule_divides_by_ten_down_to_the_last():
+  # Last: epsilon E C / n. At E C = 384 slots for n = 400 tokens and epsilon = 1e-4, 9.6e-5: from
+  # 3e-2 by tenths, 3e-3 and 3e-4 are above it, 3e-5 would not be.
+  schedule = balanced_assignment.epsilon_schedule(1e-4, 384, 400)
+  np.testing.assert_allclose(schedule, [3e-2, 3e-3, 3e-4, 9.6e-5], rtol=1e-12)
+  # E C = n: epsilon itself; one phase when it is at least the start.
+  np.testing.assert_allclose(balanced_assignment.epsilon_schedule(1e-3, 30, 30),
+                             [3e-2, 3e-3, 1e-3], rtol=1e-12)
+  assert balanced_assignment.epsilon_schedule(5e-2, 30, 30) == [5e-2]
 
 
 def test_combine_is_sigmoid_and_carries_the_gradient():
