@@ -91,7 +91,7 @@ class RouterSpec:
   state: RouterState | None = None
   eval_allocation: Allocation | None = None    # The allocation in evaluation, if another.
   loss: Callable | None = None             # (logits (G, S, E), config) -> extra auxiliary loss.
-  metrics: Callable | None = None          # (logits (G, S, E), slot_token, config) -> {name: scalar}
+  metrics: Callable | None = None          # (logits (G, S, E), slot_token, config) -> scalars.
   frozen_kernel: bool = False              # The gating kernel W is drawn once, never trained.
   title: str = ''
 
