@@ -4,11 +4,11 @@ Axis letters: t = token (T per routing group), e = expert (E), c = buffer slot (
 r = bidding row (the E experts, and a drop row when T > E C).
 
 In training, BASE routes by the assignment of tokens to expert slots that maximises the total
-affinity sum a[t, e] (the paper's linear assignment objective; a = x W, the raw dot products
-with the expert embeddings), each token in at most one slot and each expert with at most C
-tokens. When E C = T the assignment is exactly balanced; when E C < T every slot is filled and T - E C tokens are dropped;
-when E C > T every token is placed and E C - T slots stay empty. In evaluation BASE routes each
-token greedily to its top expert: the house's token choice at k = 1
+affinity sum a[t, e] (the paper's linear assignment objective; a = x W, the raw dot products with
+the expert embeddings), each token in at most one slot and each expert with at most C tokens. When E
+C = T the assignment is exactly balanced; when E C < T every slot is filled and T - E C tokens are
+dropped; when E C > T every token is placed and E C - T slots stay empty. In evaluation BASE routes
+each token greedily to its top expert: the house's token choice at k = 1
 (allocation.token_choice_slots); unlike fairseq's greedy assignment, which has no buffers, a full
 buffer there drops the token.
 
