@@ -107,11 +107,12 @@ SLICES = (
     Slice('64x A100 80GB', 64, 80.0, 156.0, 'v5p:4x4x4'),
     Slice('8x H100 80GB', 8, 80.0, 494.5, 'v5p:2x2x2'),   # H100 SXM: 494.5 dense TF32 TFLOP/s.
 )
-# The ImageNet-1k rung on one 8-GPU node (the stand-in above) and on a TPU v4-32: 16 chips, each
-# one JAX device (two TensorCores as one) with 32 GiB of HBM and 275 bf16 TFLOP/s
-# (cloud.google.com/tpu/docs/v4).
+# The ImageNet-1k rung on one 8-GPU node (the stand-in above) and on a TPU v4-32: 16 chips of 32
+# GiB and 275 bf16 TFLOP/s (cloud.google.com/tpu/docs/v4). libtpu's v4 topology lists each chip's
+# two TensorCores as two devices, as v3's does, so the slice is 32 devices of half a chip each (a
+# v4 VM runs a chip's two cores as one device, with the same memory and FLOP/s per chip).
 RUNG_SLICES = tuple(s for s in SLICES if s.devices == 8) + (
-    Slice('TPU v4-32', 16, 32.0, 275.0, 'v4:2x2x4'),)
+    Slice('TPU v4-32', 32, 16.0, 137.5, 'v4:2x2x4'),)
 RUNG_HEADING = '## The ImageNet-1k rung'
 # Peak-memory columns: the config's overrides for each (the base columns are the configs' float32
 # model with bfloat16 dispatch).

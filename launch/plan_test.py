@@ -188,6 +188,20 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
   assert row['precision_peak_bytes']['bf16'] > row['argument_bytes']
 
 
+def test_every_slice_has_as_many_devices_as_its_topology():
+  require_tpu_compiler()
+  # plan_row compiles for the first slice_.devices of the topology's: fewer would plan a part of
+  # the slice (libtpu's v4-32, 'v4:2x2x4', is 32 TensorCores, not 16 chips).
+  counts = run_python('''
+      import json
+      from launch import plan
+      from launch import tpu_compiler
+      print(json.dumps({s.name: len(tpu_compiler.devices(s.tpu_topology))
+                        for s in plan.SLICES + plan.RUNG_SLICES}))
+      ''')
+  assert counts == {s.name: s.devices for s in plan.SLICES + plan.RUNG_SLICES}
+
+
 @SHARES_SMALL_PLAN
 def test_measurements_are_cached_once_per_program(small_plan):
   # A resumed or concurrent plan reads the counters back; two slices compiling the same program
@@ -230,10 +244,10 @@ def test_an_edited_config_or_model_source_is_another_program(tmp_path, monkeypat
 
 @pytest.mark.parametrize('name,mesh,per_device', [('8x A100 80GB', (1, 8), 1024),
                                                   ('8x H100 80GB', (1, 8), 1024),
-                                                  ('TPU v4-32', (2, 8), 512)])
+                                                  ('TPU v4-32', (4, 8), 256)])
 def test_the_rung_is_planned_on_an_8_gpu_node_and_a_v4_32(name, mesh, per_device):
   # V-MoE's S/32 cell: E = 8 experts, mesh.expert = gcd(devices, 8), batch 8192 over the devices
-  # (8192 / 8 = 1024, 8192 / 16 = 512). A v4 chip is one device: a v4-32 is 16 of them.
+  # (8192 / 8 = 1024, 8192 / 32 = 256). libtpu's v4-32 is 32 TensorCores (16 chips).
   slice_ = {s.name: s for s in plan.RUNG_SLICES}[name]
   parsed = experiment_lib.parse(plan.rung_config(), num_devices=slice_.devices)
   assert (parsed.mesh.data, parsed.mesh.expert) == mesh
@@ -256,7 +270,7 @@ def test_the_rung_section_states_the_cell_and_its_hours(small_plan):
   assert '| ideal hours, 46,449 steps |' in section
   assert f"| {row['ideal_days'] * 24:.1f} |" in section
   assert '| VMoE-S/32 | TPU v4-32 | XLA:CPU | 1 x 1 | 256 |' in section
-  assert '| 32 | yes |' in section      # A v4 chip's 32 GiB.
+  assert '| 16 | yes |' in section      # A v4 TensorCore's half of its chip's 32 GiB.
 
 
 def test_the_rung_section_replaces_its_own_and_keeps_the_rest():
