@@ -265,10 +265,11 @@ def test_the_rung_section_states_the_cell_and_its_hours(small_plan):
   section = plan.rung_section(rung_rows(row), 'python -m launch.plan --rung-only',
                               plan.rung_config())
   assert section.startswith(plan.RUNG_HEADING + '\n')
+  assert 'E = 8 experts, "Last 2": MoE layers in the last 2 of every other block' in section
   assert 'softmax_tc with k = 2 at c = 1.05), global batch 8,192' in section
   # The cell's 46,449 steps, in hours: ideal_days x 24.
   assert '| ideal hours, 46,449 steps |' in section
-  assert f"| {row['ideal_days'] * 24:.1f} |" in section
+  assert f"| {row['ideal_days'] * 24:.2f} |" in section
   assert '| VMoE-S/32 | TPU v4-32 | XLA:CPU | 1 x 1 | 256 |' in section
   assert '| 16 | yes |' in section      # A v4 TensorCore's half of its chip's 32 GiB.
 
