@@ -15,9 +15,10 @@
 #                  runs are skipped, so a killed sweep resumes. ARCH=ilsvrc_s32: the same grid on
 #                  the ImageNet-1k rung (configs/ilsvrc_s32.py; its published cell is
 #                  configs/ilsvrc_s32_vmoe.py)
-#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models, compiled by
-#                  XLA:TPU from libtpu without a TPU (installs libtpu if missing; 86 CPU-min;
-#                  resumable, cached in workdirs/plan)
+#   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models and of the
+#                  ImageNet-1k rung's cell, compiled by XLA:TPU from libtpu without a TPU
+#                  (installs libtpu if missing; 86 CPU-min; resumable, cached in workdirs/plan;
+#                  the rung's section alone: python -m launch.plan --rung-only)
 #   make rehearsal configs/b32_sinkhorn_ec.py end to end at the paper's shapes on 8 simulated CPU
 #                  devices (E = 8 experts): generated ImageNet archives, the builders, a few
 #                  steps, a preemption, a resume, 10-shot over 1,000 classes; peak memory and
@@ -93,7 +94,11 @@ bench: install
 	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.paper_step --archs B/32 --dtypes float32 --per-device-batch 128 \
 	  --out bench/results/paper_step_b32_batch128.json
+<<<<<<< HEAD
 	$(PY) -m bench.auction --out bench/results/auction.json
+=======
+	$(PY) -m bench.paper_step --archs VMoE-S/32 --out bench/results/paper_step_ilsvrc_s32.json
+>>>>>>> rungcost
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json

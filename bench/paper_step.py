@@ -1,17 +1,21 @@
-"""The paper models' training step: B/32, B/16 and L/16 x router x dtype (a benchmark).
+"""The paper models' training step: B/32, B/16, L/16 and the rung's S/32 x router x dtype.
 
   python -m bench.paper_step --out bench/results/paper_step.json     # as `make bench`
+  python -m bench.paper_step --archs VMoE-S/32 --out bench/results/paper_step_ilsvrc_s32.json
 
 Each row is a bench/step.py Stepper of a paper config at c = 1 ('dense': the same ViT without MoE
-layers). dtype 'float32' is the configs' default (float32 model, bfloat16 dispatch: V-MoE's);
-'bfloat16' is --config.model.dtype=bfloat16. Targets: sparse routers within 1.15x the dense step,
-Soft MoE within 1.1x the FLOPs-scaled one. MFU is flops_per_image x images_per_second / devices
-over a device's peak (launch/plan.py's SLICES list accelerators').
+layers), or for VMoE-S/32 (results/paper.py RUNG_ARCH) of the ImageNet-1k rung's recipe at c = 1
+(configs/ilsvrc_s32.py: the grid's c = 1 cells). dtype 'float32' is the configs' default (float32
+model, bfloat16 dispatch: V-MoE's); 'bfloat16' is --config.model.dtype=bfloat16. Targets: sparse
+routers within 1.15x the dense step, Soft MoE within 1.1x the FLOPs-scaled one. MFU is
+flops_per_image x images_per_second / devices over a device's peak (launch/plan.py's SLICES list
+accelerators').
 
-Defaults: on accelerators the recipe's per-device batch (4096 over the devices) and E = 32. On
-CPU 8 images (one routing group, the smallest batch the recipe routes) and E = 4 (one device's
-share of 32 on an 8-way expert mesh, without the all-to-all). Each arch x dtype runs in a fresh
-process (bench/processes.py); a ratio compares rows of one process only.
+Defaults: on accelerators the recipe's per-device batch (its global batch over the devices: 4096,
+the rung's 8192) and its E (32, the rung's 8). On CPU 8 images (one routing group, the smallest
+batch the recipes route) and E = 4 (one device's share of 32 on an 8-way expert mesh, without the
+all-to-all; the experts' slots, E x C = c T, hardly depend on E, nor do the FLOPs). Each arch x
+dtype runs in a fresh process (bench/processes.py); a ratio compares rows of one process only.
 """
 import argparse
 import sys
@@ -23,21 +27,37 @@ from bench import processes
 from bench import step
 from bench import timing
 from configs import common
+from configs import ilsvrc_s32
 from results import paper
 from vmoe.routing import names as router_names
 
-ARCHS = paper.ARCHS
+ARCHS = paper.ARCHS + (paper.RUNG_ARCH,)
 ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
 DTYPES = ('float32', 'bfloat16')
 TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
 CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
 
 
-def paper_config(arch: str, router: str, dtype: str, per_device_batch: int, num_experts: int,
-                 remat: bool = False, overrides: dict | None = None):
-  """The paper config of arch x router at c = 1, at `per_device_batch` images on every device, on
-  the configs' mesh, with `overrides` ({'dotted.key': value}, as --config.dotted.key=value) last."""
-  return common.override(common.get_paper_config(arch, router, 'c=1'), {
+def recipe_config(arch: str, router: str):
+  """arch x router at c = 1: a paper config, or the ImageNet-1k rung's (paper.RUNG_ARCH)."""
+  if arch == paper.RUNG_ARCH:
+    return ilsvrc_s32.rung_config(router, 1.0)
+  return common.get_paper_config(arch, router, 'c=1')
+
+
+def paper_config(arch: str, router: str, dtype: str, per_device_batch: int | None,
+                 num_experts: int | None, remat: bool = False, overrides: dict | None = None):
+  """The recipe of arch x router at c = 1, at `per_device_batch` images on every device, with
+  `num_experts` experts (None: the defaults of the module docstring), on the configs' mesh, with
+  `overrides` ({'dotted.key': value}, as --config.dotted.key=value) last."""
+  config = recipe_config(arch, router)
+  cpu = jax.devices()[0].platform == 'cpu'
+  if per_device_batch is None:
+    per_device_batch = (CPU_PER_DEVICE_BATCH if cpu else
+                        config.batch_size // jax.device_count())
+  if num_experts is None:
+    num_experts = CPU_NUM_EXPERTS if cpu else config.moe.num_experts
+  return common.override(config, {
       'batch_size': per_device_batch * jax.device_count(), 'model.dtype': dtype,
       'model.remat': remat,
       **({} if router == router_names.DENSE else {'moe.num_experts': num_experts}),
@@ -64,16 +84,16 @@ def run(args) -> dict:
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  cpu = jax.devices()[0].platform == 'cpu'
-  parser.add_argument('--archs', default=','.join(ARCHS))
+  parser.add_argument('--archs', default=','.join(paper.ARCHS),
+                      help=f'default: the paper\'s; {paper.RUNG_ARCH}: the ImageNet-1k rung\'s')
   parser.add_argument('--routers', default=','.join(ROUTERS))
   parser.add_argument('--dtypes', default=','.join(DTYPES))
   parser.add_argument('--per-device-batch', type=int,
-                      default=CPU_PER_DEVICE_BATCH if cpu else
-                      common.PAPER_BATCH_SIZE // jax.device_count(),
-                      help="images per device (default: 8 on CPU, the recipe's 4096 / devices)")
-  parser.add_argument('--num-experts', type=int, default=CPU_NUM_EXPERTS if cpu else 32,
-                      help="E (default: 4 on CPU, one device's share of 32 on 8; else 32)")
+                      help="images per device (default: 8 on CPU, else the recipe's batch over "
+                      'the devices)')
+  parser.add_argument('--num-experts', type=int,
+                      help="E (default: 4 on CPU, one device's share of 32 on 8; else the "
+                      "recipe's)")
   parser.add_argument('--remat', action='store_true', help='config.model.remat=True')
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=1, help='timed steps a round')
@@ -84,7 +104,8 @@ def parse_args(argv):
     setattr(args, name, [v for v in getattr(args, name).split(',') if v])
     if not set(getattr(args, name)) <= set(valid):
       parser.error(f'--{name}: valid values are {", ".join(valid)}')
-  if min(args.rounds, args.steps, args.warmup, args.per_device_batch, args.num_experts) < 1:
+  sizes = [v for v in (args.per_device_batch, args.num_experts) if v is not None]
+  if min(args.rounds, args.steps, args.warmup, *sizes) < 1:
     parser.error('--rounds, --steps, --warmup, --per-device-batch and --num-experts must be >= 1')
   return args
 

@@ -1,12 +1,15 @@
 """The paper-step benchmark: its grid on shrunk paper configs, the processes' merge and its flags
 (no timed assertions; the rows' arithmetic is step_test's)."""
 import json
+import types
 
 import jax
 import pytest
 
 from bench import paper_step
 from configs import common
+from configs import ilsvrc_s32
+from results import paper
 
 
 def test_grid_on_runlocal_configs_writes_every_field(tmp_path, monkeypatch):
@@ -59,6 +62,40 @@ def test_overrides_are_set_last():
                                        overrides={'moe.dispatch_dtype': 'float32'})
   assert (default.moe.dispatch_dtype, overridden.moe.dispatch_dtype) == ('bfloat16', 'float32')
   assert overridden.batch_size == 8 * jax.device_count() and overridden.moe.num_experts == 4
+
+
+def test_the_rung_times_its_own_recipe(tmp_path, monkeypatch):
+  # The rung's runlocal shrink ('mu/32', Last 1) stands in for VMoE-S/32 at 224 px.
+  rung_config = ilsvrc_s32.rung_config
+  monkeypatch.setattr(paper_step.ilsvrc_s32, 'rung_config',
+                      lambda router, c: rung_config(router, c, runlocal=True))
+  out = tmp_path / 'o.json'
+  paper_step.main(['--archs', paper.RUNG_ARCH, '--routers', 'dense,softmax_tc',
+                   '--dtypes', 'float32', '--rounds', '1', '--out', str(out)])
+  dense, softmax_tc = json.loads(out.read_text())['rows']
+  assert (dense['router'], softmax_tc['router'], softmax_tc['capacity']) == (
+      'dense', 'softmax_tc', 1.0)
+  assert softmax_tc['num_experts'] == 4 and softmax_tc['per_device_batch'] == 8
+  assert softmax_tc['flops_per_image'] > dense['flops_per_image'] > 0
+
+
+@pytest.mark.parametrize('arch,per_device_batch,num_experts', [
+    ('B/32', 4096 // 8, 32),                   # The paper's batch and E.
+    (paper.RUNG_ARCH, 8192 // 8, 8)])          # The rung's.
+def test_on_accelerators_the_defaults_are_the_recipes(monkeypatch, arch, per_device_batch,
+                                                      num_experts):
+  monkeypatch.setattr(paper_step.jax, 'devices', lambda: [types.SimpleNamespace(platform='gpu')])
+  monkeypatch.setattr(paper_step.jax, 'device_count', lambda: 8)
+  config = paper_step.paper_config(arch, 'softmax_tc', 'bfloat16', None, None)
+  assert config.model.variant == arch and config.model.dtype == 'bfloat16'
+  assert config.batch_size == 8 * per_device_batch and config.moe.num_experts == num_experts
+
+
+def test_on_cpu_the_rung_takes_one_routing_group_and_4_experts():
+  config = paper_step.paper_config(paper.RUNG_ARCH, 'softmax_tc', 'float32', None, None)
+  assert config.batch_size == 8 * jax.device_count() and config.moe.num_experts == 4
+  assert (config.model.variant, config.moe.last, config.model.num_classes) == (
+      paper.RUNG_ARCH, 2, 1000)
 
 
 @pytest.mark.parametrize('flag', ['--archs=H/14', '--rounds=0', '--steps=0', '--warmup=0',
