@@ -94,11 +94,8 @@ bench: install
 	$(PY) -m bench.paper_step --out bench/results/paper_step.json
 	$(PY) -m bench.paper_step --archs B/32 --dtypes float32 --per-device-batch 128 \
 	  --out bench/results/paper_step_b32_batch128.json
-<<<<<<< HEAD
-	$(PY) -m bench.auction --out bench/results/auction.json
-=======
 	$(PY) -m bench.paper_step --archs VMoE-S/32 --out bench/results/paper_step_ilsvrc_s32.json
->>>>>>> rungcost
+	$(PY) -m bench.auction --out bench/results/auction.json
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
