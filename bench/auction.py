@@ -16,7 +16,6 @@ import statistics
 import jax
 import numpy as np
 
-from base import atomic
 from bench import timing
 from vmoe.routing import balanced_assignment
 
@@ -91,11 +90,11 @@ def main(argv=None):
   rows = measure(modules, args)
   for row in rows:
     print({k: v for k, v in row.items() if k != 'rounds_ms'}, flush=True)
-  atomic.write_json(args.out, {
-      'machine': timing.machine(), 'rows': rows,
-      'method': f'jitted, vmapped over {args.groups} groups of Gaussian affinities (seed '
-                f'{args.seed}); per shape, every version compiled and run once, then '
-                f'{args.repeats} interleaved rounds of one call each; medians over rounds'})
+  timing.write_result(
+      args.out, rows,
+      method=f'jitted, vmapped over {args.groups} groups of Gaussian affinities (seed '
+             f'{args.seed}); per shape, every version compiled and run once, then '
+             f'{args.repeats} interleaved rounds of one call each; medians over rounds')
 
 
 if __name__ == '__main__':

@@ -28,7 +28,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from base import atomic
 from bench import step
 from bench import timing
 from configs import common
@@ -351,11 +350,11 @@ def main(argv=None):
         rows.append(row)
   mesh = ('every expert on the device' if args.expert_shards == 1 else
           f'one device of {args.expert_shards} expert devices (ExpertShard; all-to-all not timed)')
-  atomic.write_json(args.out, {
-      'machine': timing.machine(), 'rows': rows, 'ratios': ratios(rows),
-      'method': f'jitted; per shape and capacity, every row compiled and warmed up ({args.warmup} '
-                f'calls), then {args.repeats} interleaved rounds of one call per row; medians '
-                f'over rounds; {args.groups} groups of 8 images per call; {mesh}'})
+  timing.write_result(
+      args.out, rows, ratios=ratios(rows),
+      method=f'jitted; per shape and capacity, every row compiled and warmed up ({args.warmup} '
+             f'calls), then {args.repeats} interleaved rounds of one call per row; medians '
+             f'over rounds; {args.groups} groups of 8 images per call; {mesh}')
 
 
 if __name__ == '__main__':

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from base import atomic
 from bench import timing
 from vmoe.routing import affinity
 from vmoe.routing import allocation
@@ -95,11 +94,11 @@ def main(argv=None):
       for start, steps in solvers:
         rows.append(measure(source, logits, capacity_factor, start, steps, args))
         print(json.dumps(rows[-1]), flush=True)
-  atomic.write_json(args.out, {
-      'machine': timing.machine(), 'rows': rows,
-      'method': f'jit(vmap(sparsity_constrained)) over all groups; median of {args.repeats} calls '
-                f'after {args.warmup} warm-up calls; scores = softmax(logits), Gaussian logits '
-                f'with seed {args.seed}'})
+  timing.write_result(
+      args.out, rows,
+      method=f'jit(vmap(sparsity_constrained)) over all groups; median of {args.repeats} calls '
+             f'after {args.warmup} warm-up calls; scores = softmax(logits), Gaussian logits '
+             f'with seed {args.seed}')
 
 
 if __name__ == '__main__':

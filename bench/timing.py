@@ -9,6 +9,7 @@ import time
 
 import jax
 
+from base import atomic
 from base import host
 
 def time_ms(fn, *args, warmup: int, repeats: int) -> float:
@@ -41,3 +42,9 @@ def machine() -> dict:
   JAX's devices."""
   return {**host.host(), 'device': str(jax.devices()[0].device_kind),
           'num_devices': jax.device_count(), 'jax': jax.__version__}
+
+
+def write_result(path: str, rows: list, method: str, **fields) -> None:
+  """Writes a benchmark's result file atomically: the machine it ran on (machine()), its rows,
+  how they were timed, and any other fields (ratios, targets)."""
+  atomic.write_json(path, {'machine': machine(), 'rows': rows, **fields, 'method': method})
