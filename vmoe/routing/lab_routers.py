@@ -66,8 +66,10 @@ def _bias_update(state, statistics, config):
                                            config.options['bias_update_rate'])}
 
 
-def _raw_logits(inputs: registry.GroupInputs):
-  return inputs.logits, None   # BASE's affinity: the raw dot products x W.
+def _logits(inputs: registry.GroupInputs):
+  """The logits themselves: BASE's affinity (the raw dot products x W), and random_tc's (top-k
+  of x W0 equals top-k of its softmax)."""
+  return inputs.logits, None
 
 
 def _assignment_slots(scores, capacity, config):
@@ -127,10 +129,6 @@ def _uniform_combine(inputs: registry.GroupInputs, scores):
   return fixed_routing.uniform_combine_scores(inputs.logits, _k(inputs.config))
 
 
-def _logits(inputs: registry.GroupInputs):
-  return inputs.logits, None   # Top-k of x W0 equals top-k of its softmax.
-
-
 _SIGMOID = dict(affinity=_sigmoid_choice, allocation=registry.TOKEN_CHOICE,
                 combine=_sigmoid_combine)
 ROUTERS = {
@@ -140,7 +138,7 @@ ROUTERS = {
         state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
         title='Loss-free balanced Token Choice'),
     'base': registry.RouterSpec(
-        _raw_logits, registry.Allocation(BALANCED_ASSIGNMENT, _assignment_slots),
+        _logits, registry.Allocation(BALANCED_ASSIGNMENT, _assignment_slots),
         combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
         options={'auction_epsilon': balanced_assignment.EPSILON,
                  'auction_max_iters': balanced_assignment.MAX_ITERS},

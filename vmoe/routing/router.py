@@ -347,12 +347,13 @@ class Router(nn.Module):
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
     values = {} if state is None else state.value
 
-    def inputs_of(noisy, clean):   # One group's inputs; the state is shared by all groups.
-      return registry.GroupInputs(noisy, clean, affinity.softmax(noisy), capacity, self.config,
-                                  values, train)
+    probs = affinity.softmax(noisy_logits)     # Once, for the routing and the state's statistics.
+
+    def inputs_of(noisy, clean, group_probs):   # One group's inputs; the state is shared.
+      return registry.GroupInputs(noisy, clean, group_probs, capacity, self.config, values, train)
 
     slot_token, slot_weight, report, scores = jax.vmap(
-        lambda noisy, clean: route_inputs(inputs_of(noisy, clean)))(noisy_logits, logits)
+        lambda *group: route_inputs(inputs_of(*group)))(noisy_logits, logits, probs)
     metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
     if spec.loss is not None:
       metrics['aux_loss'] += spec.loss(logits, self.config)
@@ -363,8 +364,9 @@ class Router(nn.Module):
                      solver_fallbacks=jnp.sum(report.fell_back))
     if (train and state is not None and spec.state.update is not None
         and self.is_mutable_collection(ROUTER_STATE)):
-      per_group = jax.vmap(lambda noisy, clean, scores, slots: spec.state.statistics(
-          inputs_of(noisy, clean), scores, slots))(noisy_logits, logits, scores, slot_token)
+      per_group = jax.vmap(lambda noisy, clean, group_probs, scores, slots: spec.state.statistics(
+          inputs_of(noisy, clean, group_probs), scores, slots))(noisy_logits, logits, probs,
+                                                                scores, slot_token)
       summed = jax.tree.map(lambda v: jnp.sum(jax.lax.stop_gradient(v), axis=0), per_group)
       state.value = spec.state.update(state.value, summed, self.config)
     return SparseRouting(slot_token, slot_weight), metrics
