@@ -272,9 +272,12 @@ def test_expert_sharded_step_equals_the_single_device_step(results, router):
   for step in r['steps']:
     check_gradients(step, REDUCTION_RTOL)
     assert max(step['param_excess'].values()) <= 1, step['param_excess']
-  # The routers' state moves by counts (lossfree_tc: the sign of integer load differences, summed
-  # over all groups, whichever device holds them) or not at all (random_tc): equal on both.
-  assert r['router_state_diff'] == [0.0] * STEPS
+  # The routers' state moves by counts (lossfree_tc: u times the sign of integer load
+  # differences, summed over all groups, whichever device holds them) or not at all (random_tc),
+  # so it is equal on both unless a token's top two logits tie to float32 rounding and the two
+  # programs choose differently: that moves a bias by at most 2u (-u to +u) in a step.
+  bound = 2 * router_lib.RouterConfig('lossfree_tc', 1).options['bias_update_rate']
+  assert all(diff <= bound for diff in r['router_state_diff']), r['router_state_diff']
 
 
 def check_gradients(step: dict, rtol: float) -> None:

@@ -358,6 +358,10 @@ def test_a_router_with_state_updates_it_once_per_training_call_and_never_in_eval
   _, updated = module.apply(variables, x, train=True, mutable=[router_lib.ROUTER_STATE])
   logits = np.einsum('gsd,de->gse', np.asarray(x, np.float64),
                      np.asarray(variables['params']['kernel'], np.float64))
+  top2 = np.sort(logits, axis=-1)[..., -2:]
+  # The router's float32 logits pick the same top expert as these float64 ones: every token's
+  # top-1 margin is far above float32's rounding of an 8-term dot product (~1e-6 here).
+  assert np.min(top2[..., 1] - top2[..., 0]) > 1e-4
   load = np.bincount(np.argmax(logits, axis=-1).ravel(), minlength=4)   # sigmoid is monotone.
   expected = 1e-3 * np.sign(load.mean() - load)
   np.testing.assert_array_equal(updated[router_lib.ROUTER_STATE]['state']['bias'],
