@@ -87,8 +87,6 @@ lab_routers.register()   # The routers published after the paper.
 registry.BUILT_IN.update(registry.ROUTERS)
 ROUTERS = registry.ROUTERS
 PAPER_ROUTERS = names.PAPER_ROUTERS
-RouterSpec = registry.RouterSpec
-get_router_spec = registry.get
 
 
 def sparsity_solver_defaults(capacity_factor: float) -> tuple[int, int]:

@@ -20,7 +20,7 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
   assert set(router_lib.PAPER_ROUTERS) <= set(router_lib.ROUTERS)
   with pytest.raises(ValueError, match='unknown router .*valid routers: .*sinkhorn_ec, sinkhorn_tc.*'
                                        'router_module=PATH'):
-    router_lib.get_router_spec('sinkhorn')
+    registry.get('sinkhorn')
   with pytest.raises(ValueError, match='unknown router'):
     router_lib.RouterConfig(name='top2', capacity_factor=1)
 
@@ -38,11 +38,11 @@ def test_paper_specs_compose_names_tables_pieces_and_their_presets():
   assert router_lib.ROUTERS['sinkhorn_tc'].presets == {'noise_std': 1.0, 'noisy_combine': False}
   assert router_lib.ROUTERS['sparsity_ec'].presets == {} == router_lib.ROUTERS['soft_moe'].presets
   with pytest.raises(ValueError, match='affinity exactly when its allocation has slots'):
-    router_lib.RouterSpec(None, router_lib.ALLOCATIONS['expert_choice'])
+    registry.RouterSpec(None, router_lib.ALLOCATIONS['expert_choice'])
   with pytest.raises(ValueError, match='affinity exactly when'):
-    router_lib.RouterSpec(router_lib.AFFINITIES['softmax'], router_lib.ALLOCATIONS['soft'])
+    registry.RouterSpec(router_lib.AFFINITIES['softmax'], router_lib.ALLOCATIONS['soft'])
   with pytest.raises(ValueError, match='taken by this repository'):
-    registry.register('softmax_tc', router_lib.RouterSpec(router_lib.AFFINITIES['sinkhorn'],
+    registry.register('softmax_tc', registry.RouterSpec(router_lib.AFFINITIES['sinkhorn'],
                                                           router_lib.ALLOCATIONS['token_choice']))
 
 
@@ -65,7 +65,7 @@ def test_registry_entries_compute_their_affinity():
 def test_a_new_router_is_one_registry_entry(monkeypatch):
   # 'reversed' prefers the experts softmax ranks last; expert choice then takes, per expert, the
   # C = round(4 / 2) = 2 tokens with the LOWEST softmax score for it.
-  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', router_lib.RouterSpec(
+  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', registry.RouterSpec(
       lambda inputs: (1.0 - inputs.probs, None), router_lib.ALLOCATIONS['expert_choice']))
   config = router_lib.RouterConfig(name='reversed_ec', capacity_factor=1)
   logits = jnp.array([[3.0, 0.0], [2.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # Expert 0 prob falls.
