@@ -13,6 +13,7 @@ import statistics
 import jax
 import numpy as np
 
+from bench import peaks
 from bench import timing
 from configs import common
 from vmoe import experiment as experiment_lib
@@ -90,13 +91,18 @@ def one_round(stepper, steps: int, warmup: int) -> dict:
 
 
 def row(fields: dict, times: dict) -> dict:
-  """A row: the stepper's fields, the medians over rounds of its times, each round's step and the
-  images per second of the median step."""
+  """A row: the stepper's fields, the medians over rounds of its times, each round's step, the
+  images per second of the median step and its MFU (bench/peaks.py; None on a device without a
+  listed peak)."""
   median = lambda name: round(statistics.median(times[name]), 3)
   images = fields['per_device_batch'] * jax.device_count()
+  images_per_second = images / (median('step_ms') / 1e3)
+  peak = peaks.peak_tflops(jax.devices()[0].device_kind, fields['dtype'])
+  mfu = peaks.mfu(fields['flops_per_image'], images_per_second, jax.device_count(), peak)
   return {**fields, 'step_ms': median('step_ms'), 'first_step_ms': median('first_step_ms'),
           'update_ms': median('update_ms'), 'round_ms': [round(t, 3) for t in times['step_ms']],
-          'images_per_second': round(images / (median('step_ms') / 1e3), 3)}
+          'images_per_second': round(images_per_second, 3), 'peak_tflops': peak,
+          'mfu': None if mfu is None else round(mfu, 4)}
 
 
 def measure(steppers: list, rounds: int, steps: int, warmup: int) -> list[dict]:

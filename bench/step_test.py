@@ -13,7 +13,8 @@ class CountingStepper:
 
   def __init__(self):
     self.log = []
-    self.fields = {'router': 'x', 'per_device_batch': 8}
+    self.fields = {'router': 'x', 'per_device_batch': 8, 'dtype': 'float32',
+                   'flops_per_image': 1e9}
 
   def load(self):
     self.log.append('load')
@@ -53,6 +54,21 @@ def test_row_takes_medians_over_rounds():
   assert (dense['step_ms'], dense['round_ms']) == (20.0, [10.0, 30.0, 20.0])
   assert dense['images_per_second'] == 400.0 * jax.device_count()
   assert (dense['first_step_ms'], dense['update_ms']) == (50.0, 1.0)
+
+
+def test_row_mfu_against_the_devices_peak(monkeypatch):
+  # 400 images/s a device at 1e9 FLOPs an image: 0.4 TFLOP/s, over an A100's 156 TF32 TFLOP/s.
+  monkeypatch.setattr(step.jax, 'devices', lambda: [type('D', (), {'device_kind': 'NVIDIA A100'})])
+  monkeypatch.setattr(step.jax, 'device_count', lambda: 1)
+  dense = row('B/32', 'dense', [20.0], 1e9)
+  assert dense['peak_tflops'] == 156.0
+  assert dense['mfu'] == round(0.4 / 156.0, 4)
+
+
+def test_no_mfu_on_a_cpu():
+  dense = row('B/32', 'dense', [20.0], 1e9)
+  if jax.devices()[0].platform == 'cpu':
+    assert (dense['peak_tflops'], dense['mfu']) == (None, None)
 
 
 def test_ratios_hand_worked():

@@ -1,0 +1,36 @@
+#!/bin/bash
+# The paper step with MFU on one GPU, as run on a lent H100/H200 (docs/benchmarks.md):
+#   OUT=DIR bash bench/gpu_paper_step.sh
+# Per-device batches are an 8-GPU node's share of each recipe's global batch: B/32's 4096 / 8 =
+# 512, the ImageNet-1k rung's 8192 / 8 = 1024; E is the recipe's (32, the rung's 8), all on the
+# one device (no all-to-all). Wheels in .whl/ (ml_collections, and flax, optax, orbax-checkpoint
+# at requirements.txt's versions) are installed where the machine lacks them or its own versions
+# fail the smoke step.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
+OUT=${OUT:?set OUT to the folder for the result files}
+PY=${PY:-python3}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
+install() { $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site "$@" && export PYTHONPATH=.:/tmp/site; }
+smoke() { $PY -c "import jax, flax, optax; print(jax.__version__, flax.__version__, optax.__version__)" &&
+  timeout 120 $PY - <<'PYEOF'
+import jax
+from bench import step
+from configs import common, tiny
+s = step.Stepper(common.override(tiny.get_config('router=sinkhorn_ec,c=1'), {'batch_size': 32}))
+s.load()
+print('smoke ok', jax.devices()[0].device_kind, float(s()))
+PYEOF
+}
+$PY -c "import ml_collections" 2>/dev/null || install .whl/ml_collections-*.whl
+smoke || { install .whl/*.whl && smoke; } || exit 1
+bench() {  # seconds, out name, paper_step flags
+  local limit=$1 name=$2; shift 2
+  timeout "$limit" $PY -m bench.paper_step --rounds 3 --steps 5 --warmup 2 "$@" \
+    --out "$OUT/$name" 2>&1 | grep -v '^WARNING' | tail -20
+}
+bench 200 paper_step_gpu_b32_float32.json --archs B/32 --dtypes float32 --per-device-batch 512
+bench 150 paper_step_gpu_b32_bfloat16.json --archs B/32 --dtypes bfloat16 --per-device-batch 512
+bench 130 paper_step_gpu_ilsvrc_s32.json --archs VMoE-S/32 --dtypes float32 --per-device-batch 1024
+ls -la "$OUT"
