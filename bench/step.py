@@ -32,7 +32,8 @@ class Stepper:
   def __init__(self, config):
     self.experiment = e = experiment_lib.parse(config)
     self.program = train_program.build(e)
-    self.compiled = self.program.compile()
+    lowered = self.program.lower()
+    self.compiled = lowered.compile()
     # The optimizer's update alone (the parameters standing in for the gradients): its cost is
     # per parameter, so it weighs on a small per-device batch and on MoE's extra expert weights.
     update = lambda state: train_lib.apply_gradients(self.program.tx, state, state.params)
@@ -49,7 +50,9 @@ class Stepper:
         'per_device_batch': per_device_batch, 'num_experts': e.moe.num_experts,
         'mesh': dict(self.program.mesh.shape), 'remat': e.model.remat,
         'num_params': self.program.num_params(),
-        'flops_per_image': flops.compiled_flops(self.compiled) / per_device_batch,
+        # The whole step's FLOPs before the backend's passes (XLA:GPU's compiled count misses
+        # the matmuls cuBLAS runs): vmoe/flops.py.
+        'flops_per_image': flops.lowered_flops(lowered) / e.batch_size,
         # Arguments and temporaries; the outputs alias the donated state.
         'peak_memory_bytes': int(memory.argument_size_in_bytes + memory.temp_size_in_bytes)}
     self.state = self.batch = None

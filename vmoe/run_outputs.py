@@ -39,7 +39,8 @@ class RunSummary:
   eval_sets ({name: precision@1} of the last evaluation's eval.sets that ran),
   fewshot / fewshot_cv ({dataset: {shots: accuracy}}, best-l2 and CV conventions),
   router_metrics, eval_history ([{step, upstream_prec1}]). Cost: train_device_seconds (summed
-  over devices), device_kind, num_devices, flops_per_step, compile_seconds. segments: where the
+  over devices), device_kind, num_devices, flops_per_step (the whole step over all devices,
+  vmoe/flops.py's lowered count), compile_seconds. segments: where the
   steps ran, one entry per process lifetime that trained some, [{first_step, last_step, mesh:
   {data, expert}, num_devices, device_kind}] (a run may resume on another mesh: vmoe/
   loop_actions.py RunRecord). cpu_model and cpu_flags (base/host.py): the host CPU and its SIMD

@@ -51,10 +51,13 @@ class TrainProgram:
     """A fresh state, initialised directly into its shardings."""
     return jax.jit(self.init, out_shardings=self.state_shardings)(rng)
 
+  def lower(self):
+    """The step lowered for the abstract state and batch (vmoe/flops.py counts its FLOPs)."""
+    return self.step.lower(self.abstract_state, self.abstract_batch(), jax.random.PRNGKey(0))
+
   def compile(self, compiler_options: dict | None = None):
     """The step compiled ahead of time for the abstract state and batch."""
-    return self.step.lower(self.abstract_state, self.abstract_batch(),
-                           jax.random.PRNGKey(0)).compile(compiler_options)
+    return self.lower().compile(compiler_options)
 
   def num_params(self) -> int:
     return int(sum(p.size for p in jax.tree.leaves(self.abstract_state.params)))
