@@ -26,6 +26,7 @@ from bench import timing
 from data import config as data_config
 from data import imagenet21k
 from data import pipeline
+from data import reader
 
 NUM_CLASSES = 21_843       # V-MoE's ImageNet-21k head.
 SYNSETS = 10
@@ -105,8 +106,8 @@ def main(argv=None):
       'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
-                f'{args.warmup} untimed windows; data.reader.PARALLEL_CALLS parallel map '
-                'calls, tf.data autotuning off',
+                f'{args.warmup} untimed windows; {reader.parallel_calls()} parallel map calls '
+                '(data.reader.parallel_calls), tf.data autotuning off',
       'machine': {**host.host(), 'tensorflow': tf.__version__},
   }
   print(json.dumps({'benchmark': 'input_pipeline', **result['images_per_second']}), flush=True)

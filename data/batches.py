@@ -24,7 +24,7 @@ class CorruptRecordError(errors.UserError):
 
 
 def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
-  """Prefetches PREFETCH batches, with tf.data autotuning off (see reader.PARALLEL_CALLS)."""
+  """Prefetches PREFETCH batches, with tf.data autotuning off (see reader.parallel_calls)."""
   options = tf.data.Options()
   options.autotune.enabled = False
   return ds.prefetch(PREFETCH).with_options(options)
@@ -68,7 +68,7 @@ class Batches:
     begin = start_batch * self.batch_size
     process = no_autograph.without_autograph(self._process())
     ds = self.reader.examples(self.order.slots(begin)).map(
-        process, num_parallel_calls=reader_lib.PARALLEL_CALLS)
+        process, num_parallel_calls=reader_lib.parallel_calls())
     masks = self.order.masks(begin)
     if masks is not None:
       with_mask = no_autograph.without_autograph(lambda ex, m: {**ex, 'mask': m})

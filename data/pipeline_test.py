@@ -226,7 +226,7 @@ def test_imagenet2012_mock_data(tmp_path):
 
 def test_pipelines_run_without_the_autotune_model_thread(digits_dir):
   """Autotuning's model thread can stall an iterator's destructor for tens of seconds with the
-  GIL held (see reader.PARALLEL_CALLS); every pipeline the trainer builds turns it off."""
+  GIL held (see reader.parallel_calls); every pipeline the trainer builds turns it off."""
   config = data_config(data_dir=digits_dir)
   iterators = [pipeline.make_train_iterator(config, batch_size=32, seed=0),
                pipeline.make_eval_iterator(config, 'test', batch_size=100)]

@@ -114,7 +114,7 @@ def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
   # The image's shape is the output: a decode whose result went unused could be pruned away.
   decoded = no_autograph.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
   slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
-  passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.PARALLEL_CALLS)
+  passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.parallel_calls())
   ok = np.zeros(split_records.num_examples, bool)
   for positions, _ in passed.ignore_errors().batch(1024).as_numpy_iterator():
     ok[positions] = True

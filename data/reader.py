@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from base import errors
 from data import no_autograph
 from data import sources
 
@@ -21,8 +22,24 @@ CHUNK = 64          # Records fetched per Python call into the records' reader.
 # before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
 # Python thread, asynchronous checkpoint saves included (vmoe/checkpointing_test.py's fifty-saves
 # test guards it). Eval iterators are dropped mid-run too. bench/results/input_pipeline.json holds
-# the throughput with this setting.
-PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
+# the throughput with this setting. A host with more cores than its processes' calls can use
+# sets VMOE_DATA_PARALLEL_CALLS (docs/accelerators.md).
+PARALLEL_CALLS_VARIABLE = 'VMOE_DATA_PARALLEL_CALLS'
+DEFAULT_PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
+
+
+def parallel_calls() -> int:
+  """Parallel map calls of a process's input pipeline: $VMOE_DATA_PARALLEL_CALLS, else
+  DEFAULT_PARALLEL_CALLS (min(8, cores)). A value that is not a positive integer is a UserError."""
+  text = os.environ.get(PARALLEL_CALLS_VARIABLE)
+  if text is None:
+    return DEFAULT_PARALLEL_CALLS
+  if not text.strip().isdigit() or int(text) < 1:
+    raise errors.UserError(
+        f'{PARALLEL_CALLS_VARIABLE}={text!r}: set it to a positive integer, the parallel '
+        f'preprocessing calls of each process (default min(8, cores) = '
+        f'{DEFAULT_PARALLEL_CALLS}), or unset it.')
+  return int(text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +70,7 @@ class Reader:
       return t, tf.ensure_shape(serialized, [None])
     parse = no_autograph.without_autograph(lambda t, s: (t, self.records.parse(s)))
     return slots.batch(CHUNK).map(no_autograph.without_autograph(read)).unbatch().map(
-        parse, num_parallel_calls=PARALLEL_CALLS)
+        parse, num_parallel_calls=parallel_calls())
 
   def example(self, index: int) -> dict:
     """One example before `steps`, computed eagerly."""

@@ -1,7 +1,9 @@
 """Tests of the reader: examples by index in the order asked, and a failing record named."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from base import errors
 from data import ops
 from data import reader as reader_lib
 from data import sources
@@ -42,3 +44,17 @@ def test_a_failing_record_is_named(tmp_path):
   assert report.endswith('failed in pp "decode|keep("key")": Unknown image file format. One of '
                          'JPEG, JPEG XL, PNG, GIF, BMP, WebP required.')
   assert '{{function_node' not in report and '\n' not in report
+
+
+def test_parallel_calls_default_and_override(monkeypatch):
+  monkeypatch.delenv(reader_lib.PARALLEL_CALLS_VARIABLE, raising=False)
+  assert reader_lib.parallel_calls() == reader_lib.DEFAULT_PARALLEL_CALLS <= 8
+  monkeypatch.setenv(reader_lib.PARALLEL_CALLS_VARIABLE, '24')
+  assert reader_lib.parallel_calls() == 24
+
+
+@pytest.mark.parametrize('text', ['0', '-3', 'eight', '2.5', ''])
+def test_a_bad_parallel_calls_value_is_a_user_error(monkeypatch, text):
+  monkeypatch.setenv(reader_lib.PARALLEL_CALLS_VARIABLE, text)
+  with pytest.raises(errors.UserError, match='VMOE_DATA_PARALLEL_CALLS=.*positive integer'):
+    reader_lib.parallel_calls()
