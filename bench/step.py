@@ -33,7 +33,7 @@ class Stepper:
     self.experiment = e = experiment_lib.parse(config)
     self.program = train_program.build(e)
     lowered = self.program.lower()
-    self.compiled = lowered.compile()
+    self.compiled = self.program.compile(lowered=lowered)
     # The optimizer's update alone (the parameters standing in for the gradients): its cost is
     # per parameter, so it weighs on a small per-device batch and on MoE's extra expert weights.
     update = lambda state: train_lib.apply_gradients(self.program.tx, state, state.params)

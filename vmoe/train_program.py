@@ -55,9 +55,10 @@ class TrainProgram:
     """The step lowered for the abstract state and batch (vmoe/flops.py counts its FLOPs)."""
     return self.step.lower(self.abstract_state, self.abstract_batch(), jax.random.PRNGKey(0))
 
-  def compile(self, compiler_options: dict | None = None):
-    """The step compiled ahead of time for the abstract state and batch."""
-    return self.lower().compile(compiler_options)
+  def compile(self, compiler_options: dict | None = None, lowered=None):
+    """The step compiled ahead of time for the abstract state and batch, from `lowered` (the
+    result of `lower()`, when the caller counts its FLOPs too) or lowered here."""
+    return (lowered or self.lower()).compile(compiler_options)
 
   def num_params(self) -> int:
     return int(sum(p.size for p in jax.tree.leaves(self.abstract_state.params)))

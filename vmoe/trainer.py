@@ -97,7 +97,7 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   # of the lowered step, the same on every platform; its compile time is separate.
   lowered_step = program.lower()
   start = time.perf_counter()
-  compiled_step = lowered_step.compile()
+  compiled_step = program.compile(lowered=lowered_step)
   cost = {'compile_seconds': time.perf_counter() - start,
           'flops_per_step': flops.lowered_flops(lowered_step), 'num_params': program.num_params()}
   evaluator = train_evals.Evaluator(

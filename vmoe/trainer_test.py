@@ -154,9 +154,9 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
                            'checkpoint.every_steps': 20, 'fewshot.every_steps': 20})
   compile_step = trainer.train_program.TrainProgram.compile
 
-  def signalled_while_compiling(program, *args):
+  def signalled_while_compiling(program, *args, **kwargs):
     signal.raise_signal(signal.SIGTERM)
-    return compile_step(program, *args)
+    return compile_step(program, *args, **kwargs)
 
   monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile', signalled_while_compiling)
   with pytest.raises(SystemExit) as stopped:
@@ -253,7 +253,7 @@ def test_a_checkpoint_of_another_process_count_is_refused_before_the_step_compil
     record['data']['process_count'] = 2
     path.write_text(json.dumps(record))
   monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile',
-                      lambda *args: pytest.fail('compiled the step'))
+                      lambda *args, **kwargs: pytest.fail('compiled the step'))
   with pytest.raises(errors.UserError, match=(
       r'^The checkpoint of step 40 was written by 2 processes and this run has 1: .* Rerun it on '
       r'2 processes, or use a new --workdir\.$')):
