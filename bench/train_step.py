@@ -2,10 +2,10 @@
 
   python -m bench.train_step --out bench/results/train_step.json      # as `make bench`
 
-The grid: configs/tiny.py (XS/7, batch 64) with each paper router at c = 1 and 2, the sweep's
-softmax-combine ablation (sinkhorn_tc without softmax combine, k = 1 and 2) and router=dense (the
-same ViT with dense MLPs: the active compute of c = 1), each a bench/step.py Stepper, all timed in
-interleaved rounds. The grid runs `--processes` times, each in a fresh process
+The grid: configs/tiny.py (XS/7, batch 64) with each router of the tiny study (the paper's six
+and the five after it) at c = 1 and 2, the sweep's softmax-combine ablation (sinkhorn_tc without
+softmax combine, k = 1 and 2) and router=dense (the same ViT with dense MLPs: the active compute
+of c = 1), each a bench/step.py Stepper, all timed in interleaved rounds. The grid runs `--processes` times, each in a fresh process
 (bench/processes.py), and the record keeps every run (`runs`); a router's ratio (`ratios`) is the
 median of its per-process ratios. Targets (the trainer issue's, at c = 1): sparse routers within
 1.3x the dense step, Soft MoE within 1.2x. results/cost.py prices the tiny study's controlled
@@ -22,11 +22,14 @@ from bench import step
 from bench import timing
 from configs import tiny
 from launch import sweep
+from vmoe.routing import lab_routers
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
 TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT_MOE: ('vs_dense', 1.2)}
+# The tiny study's routers (results/tiny/next/README.md), so that results/cost.py prices each.
+STUDY_ROUTERS = (*router_lib.PAPER_ROUTERS, *lab_routers.ROUTERS)
 
 
 def tiny_config(router: str, capacity: float, softmax_combine: bool = True):
@@ -66,8 +69,9 @@ def combine(runs: list[dict]) -> list[dict]:
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--routers', default=','.join(router_lib.PAPER_ROUTERS),
-                      help="the grid's routers, comma-separated")
+  parser.add_argument('--routers', default=','.join(STUDY_ROUTERS),
+                      help="the grid's routers, comma-separated (default: the tiny study's, the "
+                           'six paper routers and the five after the paper)')
   parser.add_argument('--capacities', type=lambda text: [float(c) for c in text.split(',') if c],
                       default=[1.0, 2.0])
   parser.add_argument('--warmup', type=int, default=5, help='untimed steps a round (>= 1)')

@@ -75,3 +75,9 @@ def test_bad_flags_exit_2(flag, capsys):
     train_step.main([flag])
   assert exit_info.value.code == 2
   assert '--' in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_the_default_grid_is_the_studys_routers():
+  args = train_step.parse_args([])
+  assert args.routers[:6] == list(train_step.router_lib.PAPER_ROUTERS)
+  assert set(args.routers[6:]) == {'sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc'}
