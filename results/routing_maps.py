@@ -90,15 +90,7 @@ def route_images(workdir: str, images: np.ndarray,
   newest intact checkpoint of the run in `workdir` (read as a resumed run would, moving nothing);
   `experiment`: the run's, if already read (recorded_experiment)."""
   program = train_program.build(experiment or recorded_experiment(workdir))
-  # Fresh values only stand in for state fields the run's checkpoints predate
-  # (checkpointing.FIELDS_ADDED), whose initial values reproduce the behaviour of before.
-  restored = checkpointing.read_latest(
-      workdir, checkpointing.abstract_with_shardings(program.abstract_state,
-                                                     program.state_shardings),
-      fresh_state=lambda: program.init_state(jax.random.PRNGKey(0)))
-  if restored is None:
-    raise errors.UserError(f'No checkpoint in {workdir} reads back intact; rerun its training.')
-  _, state, _ = restored
+  _, state = checkpointing.read_run_state(workdir, program)
   tokens_per_image = route_tokens_per_image(program.model, images)
   return [LayerRouting(block, *token_experts(route, images.shape[0], tokens_per_image))
           for block, route in routes(program.model, train_step.model_variables(state),
@@ -118,10 +110,18 @@ def routes(model, variables, images: np.ndarray) -> dict:
   return dict(sorted(apply(variables, images).items()))
 
 
-def recorded_experiment(workdir: str) -> experiment_lib.Experiment:
-  """The run's experiment, read back from the config.json it recorded at its start."""
+def recorded_experiment(workdir: str, overrides: dict | None = None) -> experiment_lib.Experiment:
+  """The run's experiment, read back from the config.json it recorded at its start, with
+  `overrides` ({'dotted.key': value}) set on it first."""
   with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:
-    return experiment_lib.parse(json.load(f), num_devices=1)
+    config = json.load(f)
+  for key, value in (overrides or {}).items():
+    *parents, leaf = key.split('.')
+    section = config
+    for parent in parents:
+      section = section[parent]
+    section[leaf] = value
+  return experiment_lib.parse(config, num_devices=1)
 
 
 def route_tokens_per_image(model, images: np.ndarray) -> int:

@@ -202,6 +202,19 @@ def read_latest(workdir: str, abstract_state, fresh_state=None):
   return None
 
 
+def read_run_state(workdir: str, program):
+  """(step, state) of the newest intact checkpoint of the run in WORKDIR, read into `program`'s
+  (vmoe/train_program.py) state and shardings as `read_latest` reads (fresh values stand in only
+  for FIELDS_ADDED); a UserError when none reads back intact."""
+  restored = read_latest(
+      workdir, abstract_with_shardings(program.abstract_state, program.state_shardings),
+      fresh_state=lambda: program.init_state(jax.random.PRNGKey(0)))
+  if restored is None:
+    raise errors.UserError(f'No checkpoint in {workdir} reads back intact; rerun its training.')
+  step, state, _ = restored
+  return step, state
+
+
 def _read_verified(manager: ocp.CheckpointManager, step: int, abstract_state, fresh_state):
   """((state, record), None) of checkpoint `step` read in full with matching checksums, else
   (None, what went wrong); a UserError if it holds another tree (`_leaves_to_fill`)."""
