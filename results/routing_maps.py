@@ -31,6 +31,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from base import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data import embedded  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -114,13 +115,7 @@ def recorded_experiment(workdir: str, overrides: dict | None = None) -> experime
   """The run's experiment, read back from the config.json it recorded at its start, with
   `overrides` ({'dotted.key': value}) set on it first."""
   with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:
-    config = json.load(f)
-  for key, value in (overrides or {}).items():
-    *parents, leaf = key.split('.')
-    section = config
-    for parent in parents:
-      section = section[parent]
-    section[leaf] = value
+    config = common.override(json.load(f), overrides or {})
   return experiment_lib.parse(config, num_devices=1)
 
 

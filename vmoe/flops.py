@@ -4,9 +4,10 @@ bench/).
 What is counted: the 'flops' entry of XLA's cost analysis (a dict in jax 0.10.2; older versions
 returned a one-element list), of a compiled program (`compiled_flops`: one device's, after XLA's
 optimisations) or of a lowered one (`lowered_flops`: the whole program, before them; what the
-trainer and bench/step report, since XLA:GPU's compiled count misses cuBLAS's matmuls). XLA counts 2 FLOPs per multiply-add of dots and convolutions and 1 per elementwise
-arithmetic op (adds, the LayerNorm and softmax arithmetic, comparisons); transcendentals (exp,
-tanh, erf) are tallied separately by XLA and are not included; gathers, scatters, sorts and
+trainer and bench/step report, since XLA:GPU's compiled count misses cuBLAS's matmuls). XLA
+counts 2 FLOPs per multiply-add of dots and convolutions and 1 per elementwise arithmetic op
+(adds, the LayerNorm and softmax arithmetic, comparisons); transcendentals (exp, tanh, erf) are
+tallied separately by XLA and are not included; gathers, scatters, sorts and
 collectives count as (nearly) zero, and the body of a loop (lax.fori_loop / while) is counted once,
 not once per iteration (checked: ten 64x64 matmuls in a fori_loop count as one). So the sparse
 routers' dispatch/combine by index costs ~0 here, Soft MoE's dispatch/combine einsums are counted,
