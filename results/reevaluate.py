@@ -12,12 +12,14 @@ results/routing_maps.py reads it (nothing in the workdir is written or moved).
 import argparse
 import ast
 import json
+import os
 import sys
 from typing import Sequence
 
 from base import errors
 from results import routing_maps
 from vmoe import checkpointing
+from vmoe import run_outputs
 from vmoe import train_evals
 from vmoe import train_program
 from vmoe import train_step
@@ -26,6 +28,9 @@ from vmoe import train_step
 def upstream(workdir: str, overrides: dict | None = None) -> tuple[int, dict]:
   """(step, {metric: value}) of the upstream evaluation of WORKDIR's newest checkpoint, under
   the recorded config with `overrides` ({'dotted.key': value}) set."""
+  if not os.path.exists(os.path.join(workdir, run_outputs.CONFIG_FILE)):
+    raise errors.MissingInput(f'{workdir} holds no run ({run_outputs.CONFIG_FILE} is missing): '
+                              'pass the --workdir of a run that main.py trained.')
   e = routing_maps.recorded_experiment(workdir, overrides)
   program = train_program.build(e)
   step, state = checkpointing.read_run_state(workdir, program)

@@ -31,3 +31,8 @@ def test_settings_are_python_literals_or_text():
   assert reevaluate.parse_setting('a.b=fast') == ('a.b', 'fast')
   with pytest.raises(errors.UserError, match='expected KEY=VALUE'):
     reevaluate.parse_setting('no_equals_sign')
+
+
+def test_a_workdir_without_a_run_is_one_message_and_exit_2(tmp_path, capsys):
+  assert errors.run_tool(lambda: reevaluate.main([str(tmp_path)])) == 2
+  assert capsys.readouterr().err.startswith(f'Error: {tmp_path} holds no run')
