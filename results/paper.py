@@ -16,14 +16,7 @@ ROUTERS = router_names.PAPER_ROUTERS     # The paper's row order, in the registr
 # The dense ViT baseline's title (the paper tabulates none).
 DENSE_TITLE = 'Dense ViT (no MoE layers)'
 PM = '\u00b1'
-ROUTER_TITLES = {
-    'softmax_tc': 'Softmax Token Choice',
-    'sinkhorn_tc': 'Sinkhorn Token Choice',
-    'softmax_ec': 'Softmax Expert Choice',
-    'sinkhorn_ec': 'Sinkhorn Expert Choice',
-    'sparsity_ec': 'Sparsity-constrained Expert Choice',
-    'soft_moe': 'Soft MoE',
-}
+ROUTER_TITLES = {r: router_names.TITLES[r] for r in ROUTERS}
 # The allocation of each router, from the registry's JAX-free names (results/ and launch/sweep.py
 # start without JAX). Capacity is k for token choice.
 TOKEN_CHOICE = router_names.with_allocation(router_names.TOKEN_CHOICE, ROUTERS)
@@ -124,12 +117,15 @@ def row_order(key: tuple) -> tuple:
   return router != router_names.DENSE, capacity or 0.0, router_order(router), not softmax_combine
 
 
-def row_title(router: str, capacity) -> str:
+def row_title(router: str, capacity, title: str | None = None,
+              allocation: str | None = None) -> str:
   """'Sinkhorn Token Choice (k=2)', 'Soft MoE (c=1)': the paper's row labels; 'Dense ViT (no
-  MoE layers)' for the baseline."""
+  MoE layers)' for the baseline. title and allocation: what a run recorded of its router (a
+  user's router has no entry in names.py); a built-in router's are names.py's."""
   if router == router_names.DENSE:
     return DENSE_TITLE
   if (router, capacity) == RUNG_CELL:
     return f"V-MoE's {ROUTER_TITLES[router]} (k=2, c={capacity:g})"
-  symbol = 'k' if router in TOKEN_CHOICE else 'c'
-  return f'{ROUTER_TITLES.get(router, router)} ({symbol}={capacity:g})'
+  allocation = allocation or router_names.allocation_of(router)
+  symbol = 'k' if allocation == router_names.TOKEN_CHOICE else 'c'
+  return f'{title or router_names.TITLES.get(router, router)} ({symbol}={capacity:g})'

@@ -32,6 +32,12 @@ def test_lookup_misses_are_none_and_titles_follow_the_paper():
   assert len(paper.PAPER) == 3 * 6 * 2
   assert paper.row_title('sinkhorn_tc', 2.0) == 'Sinkhorn Token Choice (k=2)'
   assert paper.row_title('soft_moe', 1) == 'Soft MoE (c=1)'
+  # The routers after the paper: token choice ones by k, BASE's balanced assignment by c.
+  assert paper.row_title('topp_tc', 2.0) == 'Top-p Token Choice (k=2)'
+  assert paper.row_title('base', 1.0) == 'BASE layers (c=1)'
+  # A user's router: by the title and allocation its runs recorded, else by its name.
+  assert paper.row_title('ema_tc', 1.0, 'EMA-balanced TC', 'token_choice') == 'EMA-balanced TC (k=1)'
+  assert paper.row_title('ema_tc', 2.0) == 'ema_tc (c=2)'
 
 
 def tex_table(text: str, label: str) -> list[list]:

@@ -63,6 +63,7 @@ class Point:
   y: float
   x_err: float = 0.0
   y_err: float = 0.0
+  title: str | None = None   # A user's router's recorded title (built-ins: names.py's).
 
 
 def save_png(fig, path: str) -> str:
@@ -99,8 +100,9 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
   routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
+  titles = {p.router: p.title for p in points if p.title}
   handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=colors[r],
-                        label=paper.ROUTER_TITLES.get(r, r)) for r in routers]
+                        label=titles.get(r) or router_names.TITLES.get(r, r)) for r in routers]
   if any(p.router == router_names.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
@@ -129,7 +131,8 @@ def run_points(rows: dict, value, cost=summaries.Run.device_hours) -> list[Point
     x = summaries.stat_of(runs, cost)
     y = summaries.stat_of(runs, value)
     if softmax_combine and x is not None and y is not None:
-      points.append(Point(arch, router, capacity, x.mean, 100 * y.mean, x.std, 100 * y.std))
+      points.append(Point(arch, router, capacity, x.mean, 100 * y.mean, x.std, 100 * y.std,
+                          runs[0].record.router_title))
   return points
 
 

@@ -206,7 +206,7 @@ def write(root: str, out: str) -> str | None:
     if images is None:
       images = test_images(experiment.moe.group_size)
       patch, num_experts = experiment.model.patch, experiment.moe.num_experts
-    title = paper.row_title(run.key[2], run.key[3])
+    title = run.title
     for layer in route_images(workdir, images, experiment):
       rows.append((f'{title}\n{layer.block}', layer))
   return draw(images, rows, patch, num_experts, out)

@@ -46,7 +46,7 @@ def to_markdown(new_rows: dict, study_rows: dict, study: str) -> str:
            '| row | metric | this run | study | difference |', '| --- | --- | --- | --- | --- |']
   for key in sorted(new_rows, key=paper.row_order):
     runs = new_rows[key]
-    title = paper.row_title(key[2], key[3]) + ('' if key[4] else ', no softmax combine')
+    title = runs[0].title
     reference_runs = study_rows.get(key)
     differences = (summaries.config_differences(reference_runs[0], runs[0])
                    if reference_runs else [])

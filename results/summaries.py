@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from base import errors
 from base import stats
+from results import paper
 from vmoe import run_outputs
 
 
@@ -36,6 +37,14 @@ class Run:
     r = self.record
     return (r.arch, r.dataset, r.router, None if r.capacity is None else float(r.capacity),
             bool(r.softmax_combine))
+
+  @property
+  def title(self) -> str:
+    """The run's row label: 'Soft MoE (c=1)', 'Sinkhorn Token Choice (k=2), no softmax combine';
+    a user's router by the title and allocation its summary recorded."""
+    r = self.record
+    return (paper.row_title(r.router, self.key[3], r.router_title, r.router_allocation)
+            + ('' if r.softmax_combine else ', no softmax combine'))
 
   @property
   def seed(self) -> int:

@@ -150,8 +150,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
   for key in keys:
     runs = rows[key]
     _, _, router, capacity, softmax_combine = key
-    title = paper.row_title(router, capacity) + ('' if softmax_combine else ', no softmax combine')
-    cells = [title, str(len(runs))]
+    cells = [runs[0].title, str(len(runs))]
     cell = paper.lookup(arch, router, capacity) if softmax_combine else None
     for column in columns:
       cells.append(format_stat(summaries.stat_of(runs, column.value), column.fmt, column.scale,

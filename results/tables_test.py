@@ -286,3 +286,19 @@ def test_the_imagenet_rung_sits_beside_vmoes_published_cell_each_number_on_its_s
   assert other['V-MoE published, imagenet2012 validation (%)'] == ''
   assert other['prec@1 on imagenet_v2 test (%)'].startswith('n/a')
   assert 'V-MoE published: Riquelme et al. (2021)' in tables.caption(table)
+
+
+def test_a_users_router_is_named_by_the_title_its_runs_recorded(tmp_path):
+  root = str(tmp_path / 'runs')
+  write_summary(root, router='ema_tc', capacity=2.0, router_title='EMA-balanced Token Choice',
+                router_allocation='token_choice')
+  write_summary(root, router='base', capacity=1.0)        # A summary from before the fields.
+  runs, _ = summaries.load_runs(root)
+  (table,), problems = tables.build_tables(runs)
+  assert problems == []
+  assert sorted(row[0] for _, rows in table.groups for row in rows) == [
+      'BASE layers (c=1)', 'EMA-balanced Token Choice (k=2)']
+  rows, _ = summaries.group_seeds(runs)
+  points = plots.run_points(rows, lambda r: r.get('upstream_prec1'))
+  assert {p.router: p.title for p in points} == {'ema_tc': 'EMA-balanced Token Choice',
+                                                 'base': None}

@@ -44,7 +44,9 @@ class RunSummary:
   steps ran, one entry per process lifetime that trained some, [{first_step, last_step, mesh:
   {data, expert}, num_devices, device_kind}] (a run may resume on another mesh: vmoe/
   loop_actions.py RunRecord). cpu_model and cpu_flags (base/host.py): the host CPU and its SIMD
-  extensions; a run on another CPU kind is another seed, not a bit-identical copy. Summaries
+  extensions; a run on another CPU kind is another seed, not a bit-identical copy.
+  router_title, router_allocation: the registered router's title and allocation kind (None
+  for the dense ViT), so that tables name a user's router and its capacity (k or c). Summaries
   written before a key existed read it as None.
   """
   arch: str
@@ -72,6 +74,8 @@ class RunSummary:
   cpu_model: str | None = None
   cpu_flags: list | None = None
   segments: list | None = None
+  router_title: str | None = None
+  router_allocation: str | None = None
 
   def to_dict(self) -> dict:
     """The JSON object written to summary.json."""

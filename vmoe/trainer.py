@@ -43,6 +43,7 @@ from vmoe import sharding
 from vmoe import train_evals
 from vmoe import train_program
 from vmoe import workdir as workdir_lib
+from vmoe.routing import registry as router_registry
 
 
 def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
@@ -145,6 +146,7 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
   evaluation's precision@1, and its cost on this run's devices."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
+  spec = None if router is None else router_registry.get(router.name)
   return run_outputs.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,
@@ -161,7 +163,9 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       flops_per_step=flops_per_step, compile_seconds=compile_seconds,
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
-                    for h in record.eval_history], segments=record.segments, **host.this_cpu())
+                    for h in record.eval_history], segments=record.segments,
+      router_title=spec and (spec.title or None), router_allocation=spec and spec.allocation.kind,
+      **host.this_cpu())
 
 
 def write_summary(workdir: str, summary: run_outputs.RunSummary) -> None:

@@ -106,6 +106,9 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
   assert run_outputs.RunSummary.from_dict(written) == summary    # Read through the same record.
   assert summary.steps == 40 and summary.router == 'lossfree_tc'
   assert summary.capacity == 1.0 and summary.arch == 'XS/7'
+  # Tables name the router from these, a user's router too (results/summaries.Run.title).
+  assert summary.router_title == 'Loss-free balanced Token Choice'
+  assert summary.router_allocation == 'token_choice'
   assert summary.config == 'configs/tiny.py'
   assert summary.config_arg == 'router=lossfree_tc,c=1,runlocal=False'
   assert summary.resolved_config == short_config(**overrides).to_dict()

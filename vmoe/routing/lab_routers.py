@@ -34,7 +34,7 @@ from vmoe.routing import registry
 from vmoe.routing import sigmoid_gate
 from vmoe.routing import top_p
 
-BALANCED_ASSIGNMENT = 'balanced_assignment'   # base's allocation kind.
+BALANCED_ASSIGNMENT = names.BALANCED_ASSIGNMENT   # base's allocation kind.
 
 
 def _k(config) -> int:
@@ -132,27 +132,27 @@ def _uniform_combine(inputs: registry.GroupInputs, scores):
 _SIGMOID = dict(affinity=_sigmoid_choice, allocation=registry.TOKEN_CHOICE,
                 combine=_sigmoid_combine)
 ROUTERS = {
-    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, title='Sigmoid Token Choice (DeepSeek-V3)'),
+    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, title=names.TITLES['sigmoid_tc']),
     'lossfree_tc': registry.RouterSpec(
         **_SIGMOID, options={'bias_update_rate': sigmoid_gate.BIAS_UPDATE_RATE},
         state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
-        title='Loss-free balanced Token Choice'),
+        title=names.TITLES['lossfree_tc']),
     'base': registry.RouterSpec(
         _logits, registry.Allocation(BALANCED_ASSIGNMENT, _assignment_slots),
         combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
         options={'auction_epsilon': balanced_assignment.EPSILON,
                  'auction_max_iters': balanced_assignment.MAX_ITERS},
         eval_allocation=registry.Allocation(names.TOKEN_CHOICE, _top1_slots),
-        metrics=_assignment_metrics, title='BASE layers'),
+        metrics=_assignment_metrics, title=names.TITLES['base']),
     'topp_tc': registry.RouterSpec(
         _probs, registry.Allocation(names.TOKEN_CHOICE, _topp_slots,
                                     registry.check_token_choice),
         combine=lambda inputs, scores: inputs.probs,
         options={'top_p': top_p.TOP_P, 'dynamic_loss_weight': 1e-4, 'balance_loss_weight': 1e-2},
-        loss=_topp_loss, metrics=_topp_metrics, title='Top-p Token Choice'),
+        loss=_topp_loss, metrics=_topp_metrics, title=names.TITLES['topp_tc']),
     'random_tc': registry.RouterSpec(
         _logits, registry.TOKEN_CHOICE, combine=_uniform_combine, frozen_kernel=True,
-        title='Fixed random Token Choice (Hash layers)'),
+        title=names.TITLES['random_tc']),
 }
 
 

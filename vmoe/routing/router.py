@@ -72,17 +72,11 @@ _PAPER_PRESETS = {
     'softmax_ec': _NOISE,
     'sinkhorn_ec': _NOISE,
 }
-_TITLES = {
-    'softmax_tc': 'Softmax Token Choice', 'sinkhorn_tc': 'Sinkhorn Token Choice',
-    'sparsity_tc': 'Sparsity-constrained Token Choice', 'softmax_ec': 'Softmax Expert Choice',
-    'sinkhorn_ec': 'Sinkhorn Expert Choice', 'sparsity_ec': 'Sparsity-constrained Expert Choice',
-    'soft_moe': 'Soft MoE',
-}
 # names.py's JAX-free table (the paper's six routers and sparsity_tc), registered here.
 for _name, (_affinity, _allocation) in names.ROUTERS.items():
   registry.register(_name, registry.RouterSpec(
       AFFINITIES[_affinity] if _affinity else None, ALLOCATIONS[_allocation],
-      presets=_PAPER_PRESETS.get(_name, {}), title=_TITLES[_name]))
+      presets=_PAPER_PRESETS.get(_name, {}), title=names.TITLES[_name]))
 lab_routers.register()   # The routers published after the paper.
 registry.BUILT_IN.update(registry.ROUTERS)
 ROUTERS = registry.ROUTERS

@@ -8,6 +8,7 @@ import pytest
 
 from vmoe.routing import affinity
 from vmoe.routing import allocation
+from vmoe.routing import lab_routers
 from vmoe.routing import names
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
@@ -37,6 +38,13 @@ def test_paper_specs_compose_names_tables_pieces_and_their_presets():
       'noise_std': 1.0, 'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
   assert router_lib.ROUTERS['sinkhorn_tc'].presets == {'noise_std': 1.0, 'noisy_combine': False}
   assert router_lib.ROUTERS['sparsity_ec'].presets == {} == router_lib.ROUTERS['soft_moe'].presets
+  # names.py's JAX-free tables (results/ reads them) agree with the registry: the five routers
+  # after the paper, their allocation kinds, and every built-in router's title.
+  assert set(lab_routers.ROUTERS) == set(names.LAB_ROUTERS)
+  for name, kind in names.LAB_ROUTERS.items():
+    assert router_lib.ROUTERS[name].allocation.kind == kind == names.allocation_of(name)
+  for name in (*names.ROUTERS, *names.LAB_ROUTERS):
+    assert router_lib.ROUTERS[name].title == names.TITLES[name]
   with pytest.raises(ValueError, match='affinity exactly when its allocation has slots'):
     registry.RouterSpec(None, router_lib.ALLOCATIONS['expert_choice'])
   with pytest.raises(ValueError, match='affinity exactly when'):
