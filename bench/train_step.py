@@ -28,7 +28,7 @@ from vmoe.routing import router as router_lib
 
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
 TARGETS = {'sparse': ('vs_dense', 1.3), step.SOFT_MOE: ('vs_dense', 1.2)}
-# The tiny study's routers (results/tiny/next/README.md), so that results/cost.py prices each.
+# The tiny study's routers (results/tiny/README.md), so that results/cost.py prices each.
 STUDY_ROUTERS = (*router_lib.PAPER_ROUTERS, *lab_routers.ROUTERS)
 
 
