@@ -40,8 +40,6 @@ ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
 STUDY_RUNS := results/tiny/runs
-# The second edition lands in its own directory until all its runs are in (results/tiny/next/README.md).
-STUDY_NEXT := results/tiny/next
 STUDY_SEEDS ?= 5
 # The study's routers: the dense ViT, the paper's six, and the five after it (vmoe/routing/lab_routers.py).
 STUDY_ROUTERS := dense,softmax_tc,sinkhorn_tc,softmax_ec,sinkhorn_ec,sparsity_ec,soft_moe,sigmoid_tc,lossfree_tc,base,topp_tc,random_tc
@@ -115,9 +113,9 @@ demo: install
 
 study: install
 	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/study --seeds $(STUDY_SEEDS) --include-ablation \
-	  --routers $(STUDY_ROUTERS) --records $(STUDY_NEXT)/runs
-	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out $(STUDY_NEXT)/routing_maps.png
-	$(PY) -m results.tables --runs $(STUDY_NEXT)/runs --out $(STUDY_NEXT)
+	  --routers $(STUDY_ROUTERS) --records $(STUDY_RUNS)
+	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
+	$(PY) -m results.tables --runs $(STUDY_RUNS) --out results/tiny
 
 rehearsal: install
 	$(PY) -m launch.rehearsal run --dir $(WORKDIRS)/rehearsal
