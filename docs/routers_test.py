@@ -49,7 +49,8 @@ def test_the_example_trains_sweeps_and_appears_in_the_tables(tmp_path):
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert tables.returncode == 0, tables.stderr[-3000:]
   with open(os.path.join(out, 'xs7_fashion_mnist.md'), encoding='utf-8') as f:
-    assert '| ema_tc (c=1) |' in f.read()
+    # Its row is named by the title it registered, and reads k: it allocates by token choice.
+    assert '| EMA-balanced Token Choice (k=1) |' in f.read()
 
 
 def test_the_page_quotes_the_example_as_it_is():
