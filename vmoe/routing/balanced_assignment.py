@@ -13,9 +13,10 @@ each token greedily to its top expert: the house's token choice at k = 1
 buffer there drops the token.
 
 The assignment is solved by an auction (Bertsekas 1988), as fairseq's
-fairseq/clib/libbase/balanced_assignment.cpp does, but bid by the side with fewer places, so that
-it provably stops when E C < T (fairseq's tokens bid, and its loop exits only once every token
-holds a slot, which is then never), and with epsilon scaling where that is valid.
+fairseq/clib/libbase/balanced_assignment.cpp does, but with the slots bidding, so that it provably
+stops when E C < T (fairseq's tokens bid, and its loop exits only once every token holds a slot,
+which is then never), and with epsilon scaling. The problem is made square first: a drop row of
+T - E C slots when E C < T, and E C - T placeholder tokens when E C > T.
 """
 import math
 from typing import NamedTuple
@@ -31,15 +32,17 @@ import jax.numpy as jnp
 # groups (30 tokens) within 1e-4 of the optimum, where one epsilon of 1e-3 is already 3e-4.
 EPSILON = 1e-4
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
-# tenth of it, down to EPSILON (when the slots bid, E C <= T). Near-ties between tokens otherwise
-# cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian affinities, this one
+# tenth of it, down to EPSILON (the slots bid, on the problem made square). Near-ties between
+# tokens otherwise cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian affinities, this one
 # stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and the tiny config's
 # (T = 272, E = 8, C = 34) alike (bench/auction.py).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
 # A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
-# it filled, leaves the rest empty and says so in AuctionReport.unfilled.
-MAX_ITERS = 20_000
+# it filled, leaves the rest empty and says so in AuctionReport.unfilled. Affinities skewed as a
+# trained router's took 1,500-3,500 bids at c = 1 and up to 12,000 (tiny config) and 20,000 (B/32's
+# 800 slots) at c = 2; the bound leaves B/32 at c = 2 room.
+MAX_ITERS = 50_000
 
 
 class AuctionReport(NamedTuple):
@@ -78,9 +81,13 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
 
   slot_token (E, C) int32 holds each expert's tokens in increasing order, T in an empty slot; the
   report is an AuctionReport. No gradient flows through the assignment (a discrete choice). The
-  side with fewer places bids, one bid a round (a few passes over one row: every bidder bidding
-  together needs a sort per row and per round, dearer on CPU than the extra rounds):
-  `_slots_bid` when E C <= T, `_tokens_bid` when E C > T.
+  slots bid, one bid a round (a few passes over one row: every bidder bidding together needs a
+  sort per row and per round, dearer on CPU than the extra rounds), with epsilon scaling
+  (`_slots_bid`). When E C > T, E C - T placeholder tokens, worth min(a) to every expert, make the
+  problem square: every full assignment places them all, so the optimum over the real tokens is
+  unchanged, and the slots that take them stay empty. (The tokens bidding, fairseq's way, never
+  scales epsilon there and fights long wars over the C equal copies of a popular expert: on
+  affinities as skewed as a trained router's, 20,000 bids placed under half the tokens.)
 
   Args:
     affinity: (T, E) token--expert affinities.
@@ -98,8 +105,16 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
                      f'{max_iters}.')
   affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32)
   spread = jnp.maximum(jnp.max(affinity) - jnp.min(affinity), 1e-6)
-  solve = _tokens_bid if affinity.shape[1] * capacity > affinity.shape[0] else _slots_bid
-  return solve(affinity, capacity, epsilon, spread, max_iters)
+  num_tokens, num_experts = affinity.shape
+  placeholders = num_experts * capacity - num_tokens
+  if placeholders <= 0:
+    return _slots_bid(affinity, capacity, epsilon, spread, max_iters)
+  padded = jnp.concatenate(
+      [affinity, jnp.full((placeholders, num_experts), jnp.min(affinity))], axis=0)
+  slot_token, report = _slots_bid(padded, capacity, epsilon, spread, max_iters)
+  slot_token = jnp.sort(jnp.where(slot_token < num_tokens, slot_token, num_tokens), axis=1)
+  placed = jnp.sum(slot_token < num_tokens, dtype=jnp.int32)
+  return slot_token, AuctionReport(report.iterations, num_tokens - placed)
 
 
 def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
@@ -176,43 +191,6 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   held = owner[None, :] == rows[:num_experts, None]                         # (E, T)
   negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
   return -negated, AuctionReport(bids, num_slots - jnp.sum(held, dtype=jnp.int32))
-
-
-def _tokens_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
-  """E C > T: the tokens bid for the slots, one epsilon, from prices 0.
-
-  Slot (e, c) is worth a[t, e] - p[e, c] to token t. In each round the first token without a
-  slot bids (`_bid`) for its best slot; the slot's previous token loses it. Why it is right:
-  this is the forward auction for the asymmetric problem of fewer bidders (T) than objects
-  (E C): a bid leaves its token within epsilon of its best slot and only raises other slots'
-  prices; a token keeps its slot until outbid, so a slot once sold stays sold, and a slot never
-  sold stays at price 0, below every sold one. When every token holds a slot this is
-  epsilon-complementary slackness, the total within T epsilon (max(a) - min(a)) <= E C epsilon
-  (max(a) - min(a)) of the optimum. It stops: while a token is free, E C - T + 1 >= 2 slots
-  stay at price 0, and a bid never prices a slot above max(a) - min(a) + epsilon. Epsilon
-  scaling would break the zero prices of unsold slots that this argument needs, so there is one
-  phase; with more slots than tokens, wars are short.
-  """
-  num_tokens, num_experts = affinity.shape
-  num_slots = num_experts * capacity
-  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
-  eps = epsilon * spread
-
-  def bid(state):
-    price, holder, placed, bids = state                                     # (E C,) (E C,) (T,) ()
-    token = jnp.min(jnp.where(placed, num_tokens, tokens))
-    slot, increase = _bid(jnp.repeat(affinity[token], capacity) - price, eps)
-    placed = placed.at[holder[slot]].set(False, mode='drop').at[token].set(True)
-    return price.at[slot].add(increase), holder.at[slot].set(token), placed, bids + 1
-
-  def bidding(state):
-    return (~jnp.all(state[2])) & (state[3] < max_iters)
-
-  state = (jnp.zeros((num_slots,), jnp.float32), jnp.full((num_slots,), num_tokens, jnp.int32),
-           jnp.zeros((num_tokens,), bool), jnp.zeros((), jnp.int32))
-  _, holder, placed, bids = jax.lax.while_loop(bidding, bid, state)
-  slot_token = jnp.sort(holder.reshape(num_experts, capacity), axis=1)      # (E, C)
-  return slot_token, AuctionReport(bids, num_tokens - jnp.sum(placed, dtype=jnp.int32))
 
 
 def combine_scores(logits: jax.Array) -> jax.Array:

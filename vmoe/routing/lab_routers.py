@@ -79,13 +79,14 @@ def _assignment_slots(scores, capacity, config):
 
 
 def _assignment_metrics(logits, slot_token, config):
-  """Empty slots where every slot should hold a token (E C <= T): an auction stopped by its
-  bound (auction_max_iters) leaves some."""
+  """The share of the min(T, E C) placements a full assignment makes that are missing: an auction
+  stopped by its bound (auction_max_iters) leaves some. (In evaluation, BASE's greedy top-1
+  misses those its full buffers drop.)"""
   del config
   num_tokens = logits.shape[1]
-  empty = jnp.mean(slot_token == num_tokens)
-  full_possible = slot_token.shape[1] * slot_token.shape[2] <= num_tokens
-  return {'assignment_unfilled': jnp.where(full_possible, empty, 0.0)}
+  expected = min(num_tokens, slot_token.shape[1] * slot_token.shape[2])    # A group's placements.
+  filled = jnp.sum(slot_token < num_tokens, axis=(1, 2))                   # (G,)
+  return {'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}
 
 
 def _top1_slots(scores, capacity, config):

@@ -388,7 +388,7 @@ def test_routers_after_the_paper_pin_their_defaults():
            for name in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc')}
   assert all(spec.presets == {} for spec in specs.values())
   assert specs['lossfree_tc'].options == {'bias_update_rate': 1e-3}
-  assert specs['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 20_000}
+  assert specs['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 50_000}
   assert specs['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
                                       'balance_loss_weight': 1e-2}
   assert specs['random_tc'].frozen_kernel and not specs['sigmoid_tc'].frozen_kernel
