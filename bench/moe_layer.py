@@ -36,6 +36,7 @@ from vmoe import moe
 from vmoe.routing import allocation
 from vmoe.routing import balanced_assignment
 from vmoe.routing import lab_routers
+from vmoe.routing import names as router_names
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 
@@ -220,7 +221,7 @@ def auction_report(args, row: CompiledRow) -> dict:
   if args.router in BASELINES:
     return {}
   config = router_config(args.router, args.capacity, args.experts, args.router_module)
-  if config.spec.allocation.kind != lab_routers.BALANCED_ASSIGNMENT:
+  if config.spec.allocation.kind != router_names.BALANCED_ASSIGNMENT:
     return {}
   groups = row.x.reshape(args.groups, args.group_size, args.dim)
   logits = jnp.einsum('gsd,de->gse', groups, row.params['router']['kernel'])

@@ -117,6 +117,12 @@ def row_order(key: tuple) -> tuple:
   return router != router_names.DENSE, capacity or 0.0, router_order(router), not softmax_combine
 
 
+def router_title(router: str, title: str | None = None) -> str:
+  """A router's name in tables and figures: the title its runs recorded (a user's router), else
+  names.py's (the built-in ones), else its registry name."""
+  return title or router_names.TITLES.get(router, router)
+
+
 def row_title(router: str, capacity, title: str | None = None,
               allocation: str | None = None) -> str:
   """'Sinkhorn Token Choice (k=2)', 'Soft MoE (c=1)': the paper's row labels; 'Dense ViT (no
@@ -128,4 +134,4 @@ def row_title(router: str, capacity, title: str | None = None,
     return f"V-MoE's {ROUTER_TITLES[router]} (k=2, c={capacity:g})"
   allocation = allocation or router_names.allocation_of(router)
   symbol = 'k' if allocation == router_names.TOKEN_CHOICE else 'c'
-  return f'{title or router_names.TITLES.get(router, router)} ({symbol}={capacity:g})'
+  return f'{router_title(router, title)} ({symbol}={capacity:g})'

@@ -102,7 +102,7 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
   routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
   titles = {p.router: p.title for p in points if p.title}
   handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=colors[r],
-                        label=titles.get(r) or router_names.TITLES.get(r, r)) for r in routers]
+                        label=paper.router_title(r, titles.get(r))) for r in routers]
   if any(p.router == router_names.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))

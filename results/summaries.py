@@ -43,7 +43,7 @@ class Run:
     """The run's row label: 'Soft MoE (c=1)', 'Sinkhorn Token Choice (k=2), no softmax combine';
     a user's router by the title and allocation its summary recorded."""
     r = self.record
-    return (paper.row_title(r.router, self.key[3], r.router_title, r.router_allocation)
+    return (paper.row_title(r.router, r.capacity, r.router_title, r.router_allocation)
             + ('' if r.softmax_combine else ', no softmax combine'))
 
   @property

@@ -43,7 +43,6 @@ from vmoe import sharding
 from vmoe import train_evals
 from vmoe import train_program
 from vmoe import workdir as workdir_lib
-from vmoe.routing import registry as router_registry
 
 
 def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rng):
@@ -146,7 +145,7 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
   evaluation's precision@1, and its cost on this run's devices."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
-  spec = None if router is None else router_registry.get(router.name)
+  spec = None if router is None else router.spec
   return run_outputs.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,

@@ -33,9 +33,9 @@ import jax.numpy as jnp
 EPSILON = 1e-4
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
 # tenth of it, down to EPSILON (the slots bid, on the problem made square). Near-ties between
-# tokens otherwise cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian affinities, this one
-# stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and the tiny config's
-# (T = 272, E = 8, C = 34) alike (bench/auction.py).
+# tokens otherwise cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian
+# affinities, this one stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and
+# the tiny config's (T = 272, E = 8, C = 34) alike (bench/auction.py).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
 # A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
@@ -83,11 +83,10 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   report is an AuctionReport. No gradient flows through the assignment (a discrete choice). The
   slots bid, one bid a round (a few passes over one row: every bidder bidding together needs a
   sort per row and per round, dearer on CPU than the extra rounds), with epsilon scaling
-  (`_slots_bid`). When E C > T, E C - T placeholder tokens, worth min(a) to every expert, make the
-  problem square: every full assignment places them all, so the optimum over the real tokens is
-  unchanged, and the slots that take them stay empty. (The tokens bidding, fairseq's way, never
-  scales epsilon there and fights long wars over the C equal copies of a popular expert: on
-  affinities as skewed as a trained router's, 20,000 bids placed under half the tokens.)
+  (`_slots_bid`, on the problem made square: placeholder tokens worth min(a) to every expert
+  when E C > T, whose slots stay empty). The tokens bidding there, fairseq's way, never scales
+  epsilon and fights long wars over the C equal copies of a popular expert: on affinities as
+  skewed as a trained router's, 20,000 bids placed under half the tokens.
 
   Args:
     affinity: (T, E) token--expert affinities.
@@ -105,25 +104,18 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
                      f'{max_iters}.')
   affinity = jax.lax.stop_gradient(affinity).astype(jnp.float32)
   spread = jnp.maximum(jnp.max(affinity) - jnp.min(affinity), 1e-6)
-  num_tokens, num_experts = affinity.shape
-  placeholders = num_experts * capacity - num_tokens
-  if placeholders <= 0:
-    return _slots_bid(affinity, capacity, epsilon, spread, max_iters)
-  padded = jnp.concatenate(
-      [affinity, jnp.full((placeholders, num_experts), jnp.min(affinity))], axis=0)
-  slot_token, report = _slots_bid(padded, capacity, epsilon, spread, max_iters)
-  slot_token = jnp.sort(jnp.where(slot_token < num_tokens, slot_token, num_tokens), axis=1)
-  placed = jnp.sum(slot_token < num_tokens, dtype=jnp.int32)
-  return slot_token, AuctionReport(report.iterations, num_tokens - placed)
+  return _slots_bid(affinity, capacity, epsilon, spread, max_iters)
 
 
 def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
-  """E C <= T: the slots bid for the tokens, with epsilon scaling.
+  """The slots bid for the tokens, with epsilon scaling, on the problem made square: n slots for
+  n = max(T, E C) tokens.
 
-  The problem is made square, T slots for T tokens, by a drop row of T - E C slots that values
-  every token at one constant (its tokens are the dropped ones; every full assignment drops
-  T - E C tokens, so the optimum over real slots is unchanged). Rows r (the E experts and the drop
-  row) own slots; prices p start at 0. In each round the row with the most free slots (the first
+  When E C < T, a drop row of T - E C slots values every token at one constant (its tokens are
+  the dropped ones; every full assignment drops T - E C tokens, so the optimum over real slots is
+  unchanged). When E C > T, E C - T placeholder tokens are worth one constant to every expert
+  (every full assignment places them all, so the optimum over the real tokens is unchanged; their
+  slots come out empty). Rows r (the E experts and the drop row) own slots; prices p start at 0. In each round the row with the most free slots (the first
   on ties) bids (`_bid`) for its best token among those it does not hold, valued
   v_j = a[j, r] - p_j; j's previous holder loses it. The phases run this at decreasing epsilons
   (`epsilon_schedule`); between phases each row keeps the tokens worth at least its best unheld
@@ -140,7 +132,7 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   less. When every slot is filled (u_r = 0) no unheld token is worth more than r's lowest held
   value m_r plus epsilon; raising each held token's price to a[j, r] - m_r gives prices under
   which every slot's token is within epsilon of its best: epsilon-complementary slackness, so the
-  total is within T epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
+  total is within n epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
   optimum. Each phase stops: a bought token stays bought, so some token q stays unheld while a
   slot is free, at its price at the phase's start; a bid never prices a token above
   p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
@@ -149,17 +141,21 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   """
   num_tokens, num_experts = affinity.shape
   num_slots = num_experts * capacity
+  num_bidden = max(num_tokens, num_slots)                                   # n.
   value = affinity.T                                                        # (E, T)
   row_capacity = [capacity] * num_experts
   if num_tokens > num_slots:                                                # The drop row.
     value = jnp.concatenate([value, jnp.full((1, num_tokens), jnp.min(affinity))], axis=0)
     row_capacity.append(num_tokens - num_slots)
+  elif num_slots > num_tokens:                                              # Placeholders.
+    value = jnp.concatenate(
+        [value, jnp.full((num_experts, num_slots - num_tokens), jnp.min(affinity))], axis=1)
   num_rows = len(row_capacity)
   row_capacity = jnp.array(row_capacity, jnp.int32)                         # (R,)
   rows = jnp.arange(num_rows, dtype=jnp.int32)
 
   def bid(state, eps):
-    price, owner, count, bids = state                                       # (T,) (T,) (R,) ()
+    price, owner, count, bids = state                                       # (n,) (n,) (R,) ()
     free = row_capacity - count
     row = jnp.min(jnp.where(free == jnp.max(free), rows, num_rows))
     token, increase = _bid(jnp.where(owner == row, -jnp.inf, value[row] - price), eps)
@@ -167,30 +163,31 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
     return price.at[token].add(increase), owner.at[token].set(row), count, bids + 1
 
   def bidding(state):
-    return (jnp.sum(state[2]) < num_tokens) & (state[3] < max_iters)
+    return (jnp.sum(state[2]) < num_bidden) & (state[3] < max_iters)
 
   def free_unsound(state, eps):
     price, owner, _, bids = state
-    worth = value - price[None, :]                                          # (R, T)
+    worth = value - price[None, :]                                          # (R, n)
     held = owner[None, :] == rows[:, None]
     best_unheld = jnp.max(jnp.where(held, -jnp.inf, worth), axis=1)         # (R,)
-    keep = jnp.any(held & (worth >= best_unheld[:, None] - eps), axis=0)    # (T,)
+    keep = jnp.any(held & (worth >= best_unheld[:, None] - eps), axis=0)    # (n,)
     owner = jnp.where(keep | (bids >= max_iters), owner, num_rows)
     count = jnp.sum(owner[None, :] == rows[:, None], axis=1, dtype=jnp.int32)
     return price, owner, count, bids
 
-  state = (jnp.zeros((num_tokens,), jnp.float32), jnp.full((num_tokens,), num_rows, jnp.int32),
+  state = (jnp.zeros((num_bidden,), jnp.float32), jnp.full((num_bidden,), num_rows, jnp.int32),
            jnp.zeros((num_rows,), jnp.int32), jnp.zeros((), jnp.int32))
-  for phase, relative in enumerate(epsilon_schedule(epsilon, num_slots, num_tokens)):
+  for phase, relative in enumerate(epsilon_schedule(epsilon, num_slots, num_bidden)):
     eps = relative * spread
     if phase:
       state = free_unsound(state, eps)
     state = jax.lax.while_loop(bidding, lambda s, eps=eps: bid(s, eps), state)
   _, owner, _, bids = state
   tokens = jnp.arange(num_tokens, dtype=jnp.int32)
-  held = owner[None, :] == rows[:num_experts, None]                         # (E, T)
+  held = owner[None, :num_tokens] == rows[:num_experts, None]               # (E, T): real tokens.
   negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
-  return -negated, AuctionReport(bids, num_slots - jnp.sum(held, dtype=jnp.int32))
+  placements = min(num_tokens, num_slots)
+  return -negated, AuctionReport(bids, placements - jnp.sum(held, dtype=jnp.int32))
 
 
 def combine_scores(logits: jax.Array) -> jax.Array:

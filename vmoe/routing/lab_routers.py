@@ -34,9 +34,6 @@ from vmoe.routing import registry
 from vmoe.routing import sigmoid_gate
 from vmoe.routing import top_p
 
-BALANCED_ASSIGNMENT = names.BALANCED_ASSIGNMENT   # base's allocation kind.
-
-
 def _k(config) -> int:
   return config.experts_per_token
 
@@ -139,7 +136,7 @@ ROUTERS = {
         state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
         title=names.TITLES['lossfree_tc']),
     'base': registry.RouterSpec(
-        _logits, registry.Allocation(BALANCED_ASSIGNMENT, _assignment_slots),
+        _logits, registry.Allocation(names.BALANCED_ASSIGNMENT, _assignment_slots),
         combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
         options={'auction_epsilon': balanced_assignment.EPSILON,
                  'auction_max_iters': balanced_assignment.MAX_ITERS},
