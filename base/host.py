@@ -11,6 +11,8 @@ import os
 import pathlib
 import platform
 
+from base import revision
+
 # The SIMD extensions worth recording (x86 and Arm names in /proc/cpuinfo).
 SIMD_PREFIXES = ('sse', 'ssse', 'avx', 'fma', 'amx', 'asimd', 'sve')
 
@@ -34,5 +36,7 @@ def this_cpu() -> dict:
 
 
 def host() -> dict:
-  """The host's platform, core count, CPU model and SIMD extensions."""
-  return {'platform': platform.platform(), 'cpu_count': os.cpu_count(), **this_cpu()}
+  """The host's platform, core count, CPU model and SIMD extensions, and the source's commit
+  (base/revision.py): what every benchmark result file records of where it ran."""
+  return {'platform': platform.platform(), 'cpu_count': os.cpu_count(), **this_cpu(),
+          **revision.source_revision()}

@@ -25,5 +25,6 @@ def test_cpu_keeps_the_first_model_and_its_simd_extensions():
 
 def test_this_host_has_a_platform_cores_and_a_list_of_extensions():
   record = host.host()
-  assert set(record) == {'platform', 'cpu_count', 'cpu_model', 'cpu_flags'}
+  assert set(record) == {'platform', 'cpu_count', 'cpu_model', 'cpu_flags', 'commit',
+                         'uncommitted_changes'}
   assert record['cpu_count'] >= 1 and isinstance(record['cpu_flags'], list)

@@ -37,12 +37,33 @@ class RunRecord:
   segments: where each process lifetime that trained steps ran them, [{'first_step',
   'last_step', **devices_of(mesh)}] in order, up to the step saved (summary.json's segments: a
   run may resume on another mesh). The RNG keys need no record: each step's key derives from
-  the seed and the step.
+  the seed and the step. router_health: {logged metric: [sum, count]} over the training steps
+  logged so far, of each MoE block's health metrics (HEALTH_METRICS); summary.json's
+  router_health holds their means.
   """
   data: dict | None = None
   train_seconds: float = 0.0
   eval_history: list[dict] = dataclasses.field(default_factory=list)
   segments: list[dict] = dataclasses.field(default_factory=list)
+  router_health: dict = dataclasses.field(default_factory=dict)
+
+  def add_health(self, metrics: dict) -> None:
+    """Adds one logged training step's health metrics ('router/BLOCK/NAME', NAME in
+    HEALTH_METRICS or a router state's range) to the running sums."""
+    for key, value in metrics.items():
+      if is_health_metric(key):
+        total = self.router_health.setdefault(key, [0.0, 0])
+        total[0] += float(value)
+        total[1] += 1
+
+  def health_means(self) -> dict:
+    """{block: {metric: mean over the logged training steps, 'logged_steps': n}}."""
+    out = {}
+    for key, (total, count) in sorted(self.router_health.items()):
+      _, block, name = key.split('/', 2)
+      out.setdefault(block, {})[name] = total / count
+      out[block]['logged_steps'] = count
+    return out
 
   def evaluated(self, step: int) -> bool:
     """Whether the history holds an evaluation after `step`."""
@@ -56,6 +77,19 @@ class RunRecord:
     if self.segments and self.segments[-1]['first_step'] == first_step:
       self.segments.pop()
     self.segments.append({'first_step': first_step, 'last_step': last_step, **devices})
+
+
+# The training-time health of a router that summary.json records per MoE block: the tokens no
+# expert processed, the buffer slots no token filled, and (router/BLOCK/state_*_range) the spread
+# of a router's state, such as lossfree_tc's bias.
+HEALTH_METRICS = ('dropped_tokens', 'unfilled_slots')
+
+
+def is_health_metric(key: str) -> bool:
+  parts = key.split('/')
+  return (len(parts) == 3 and parts[0] == 'router'
+          and (parts[2] in HEALTH_METRICS
+               or (parts[2].startswith('state_') and parts[2].endswith('_range'))))
 
 
 def devices_of(mesh: jax.sharding.Mesh) -> dict:
@@ -142,6 +176,7 @@ class Actions:
     with self.clock.paused(state):
       self.check_losses()
       metrics = jax.device_get(metrics)
+      self.record.add_health(metrics)
       self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
       self.progress.report(step, float(metrics['loss']))
 

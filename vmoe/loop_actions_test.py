@@ -35,3 +35,26 @@ def test_devices_of_a_mesh():
   assert loop_actions.devices_of(mesh) == {
       'mesh': {'data': 1, 'expert': 1}, 'num_devices': 1,
       'device_kind': jax.devices()[0].device_kind}
+
+
+def test_router_health_is_the_mean_of_the_logged_steps_and_survives_a_resume():
+  # Two logged steps, then a resume through the checkpoint's JSON, then a third: the means are
+  # over all three, per block; other metrics (losses, experts per token) are not health.
+  record = loop_actions.RunRecord()
+  step = lambda dropped, unfilled, bias: {
+      'loss': 2.0, 'router/block_01/dropped_tokens': dropped,
+      'router/block_01/unfilled_slots': unfilled, 'router/block_01/state_bias_range': bias,
+      'router/block_01/experts_per_token_mean': 1.5, 'router/block_03/dropped_tokens': 0.0}
+  record.add_health(step(0.1, 0.2, 0.0))
+  record.add_health(step(0.3, 0.0, 0.01))
+  resumed = loop_actions.RunRecord(**dataclasses.asdict(record))
+  resumed.add_health(step(0.2, 0.1, 0.02))
+  means = resumed.health_means()
+  assert set(means) == {'block_01', 'block_03'}
+  assert means['block_01'].keys() == {'dropped_tokens', 'unfilled_slots', 'state_bias_range',
+                                      'logged_steps'}
+  assert means['block_01']['logged_steps'] == 3 and means['block_03']['logged_steps'] == 3
+  for name, expected in (('dropped_tokens', 0.2), ('unfilled_slots', 0.1),
+                         ('state_bias_range', 0.01)):
+    assert abs(means['block_01'][name] - expected) < 1e-12
+  assert loop_actions.RunRecord(data=None).health_means() == {}

@@ -87,10 +87,12 @@ def combine_dense(outputs: jax.Array, combine: jax.Array) -> jax.Array:
 
 
 def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
-  """Router health, averaged over groups: dropped-token fraction, experts per token, expert load.
+  """Router health, averaged over groups: dropped-token fraction, experts per token, expert load,
+  unfilled slots.
 
   expert_load[e] is the fraction of expert e's C buffer slots that hold a token (Soft MoE slots
-  always hold a full convex combination of tokens, so its load is 1).
+  always hold a full convex combination of tokens, so its load is 1); unfilled_slots is the
+  fraction of all E C slots that hold none, 1 - mean(expert_load).
   """
   if isinstance(route, router_lib.SparseRouting):
     num_groups = route.slot_token.shape[0]
@@ -108,6 +110,7 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
       'experts_per_token_min': jnp.min(count),
       'experts_per_token_max': jnp.max(count),
       'expert_load': load,
+      'unfilled_slots': 1.0 - jnp.mean(load),
   }
 
 

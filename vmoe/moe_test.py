@@ -140,8 +140,14 @@ def test_metrics_of_expert_choice_token_choice_and_soft_moe():
   assert float(soft_metrics['dropped_tokens']) == 0.0
   np.testing.assert_allclose(soft_metrics['experts_per_token_mean'], NUM_EXPERTS)
   np.testing.assert_allclose(soft_metrics['expert_load'], np.ones(4), rtol=1e-5)
+  # Unfilled slots are 1 - mean load: none for expert choice, S k = 32 requests of E C = 32 slots
+  # less the drops for token choice.
+  np.testing.assert_allclose(ec['unfilled_slots'], 0.0, atol=1e-7)
+  np.testing.assert_allclose(tc['unfilled_slots'], 1 - tc['expert_load'].mean(), atol=1e-7)
+  np.testing.assert_allclose(tc['unfilled_slots'], 1 - 16 * tc['experts_per_token_mean'] / 32,
+                             atol=1e-6)
   assert set(ec) == {'dropped_tokens', 'experts_per_token_mean', 'experts_per_token_min',
-                     'experts_per_token_max', 'expert_load', 'aux_loss'}
+                     'experts_per_token_max', 'expert_load', 'unfilled_slots', 'aux_loss'}
 
 
 def test_evaluation_is_deterministic():

@@ -46,8 +46,11 @@ class RunSummary:
   loop_actions.py RunRecord). cpu_model and cpu_flags (base/host.py): the host CPU and its SIMD
   extensions; a run on another CPU kind is another seed, not a bit-identical copy.
   router_title, router_allocation: the registered router's title and allocation kind (None
-  for the dense ViT), so that tables name a user's router and its capacity (k or c). Summaries
-  written before a key existed read it as None.
+  for the dense ViT), so that tables name a user's router and its capacity (k or c).
+  commit, uncommitted_changes: the source the run's last process trained with (base/
+  revision.py). router_health: per MoE block, the means over the logged training steps of the
+  dropped tokens, the unfilled slots and a router state's range (loop_actions.HEALTH_METRICS),
+  with their count, 'logged_steps'. Summaries written before a key existed read it as None.
   """
   arch: str
   dataset: str
@@ -76,6 +79,9 @@ class RunSummary:
   segments: list | None = None
   router_title: str | None = None
   router_allocation: str | None = None
+  commit: str | None = None
+  uncommitted_changes: bool | None = None
+  router_health: dict | None = None
 
   def to_dict(self) -> dict:
     """The JSON object written to summary.json."""

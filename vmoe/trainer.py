@@ -28,6 +28,7 @@ from jax.experimental import multihost_utils
 from base import atomic
 from base import errors
 from base import host
+from base import revision
 from data import pipeline
 from data import sources
 from evaluation import fewshot
@@ -80,6 +81,7 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
            stop: preemption.StopAgreement) -> run_outputs.RunSummary:
   """Stages 2 to 6 of train_and_evaluate (the module docstring), stopping where `stop` says."""
   e = experiment
+  source = revision.source_revision()   # The code this process trains with, read at its start.
   # 2. Mesh, model, optimizer, state layout and step (vmoe/train_program.py), data.
   program = train_program.build(e)
   train_iter = pipeline.make_train_iterator(
@@ -132,7 +134,8 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   checkpointing.wait_until_finished(manager)
 
   # 6. Summary.
-  summary = summarize(e, record, config_file=config_file, train_seconds=run.clock.seconds, **cost)
+  summary = summarize(e, record, config_file=config_file, train_seconds=run.clock.seconds,
+                      source=source, **cost)
   write_summary(workdir, summary)
   writer.close()
   return summary
@@ -140,9 +143,10 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
 
 def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRecord, *,
               config_file: str, train_seconds: float, num_params: int, flops_per_step: float,
-              compile_seconds: float) -> run_outputs.RunSummary:
+              compile_seconds: float, source: dict | None = None) -> run_outputs.RunSummary:
   """summary.json's record of a finished run: its identity, its last evaluation's results, every
-  evaluation's precision@1, and its cost on this run's devices."""
+  evaluation's precision@1, its router's training-time health, its cost on this run's devices,
+  and its source (base/revision.py's source_revision; read now if not given)."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
   spec = None if router is None else router.spec
@@ -164,7 +168,8 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
                     for h in record.eval_history], segments=record.segments,
       router_title=spec and (spec.title or None), router_allocation=spec and spec.allocation.kind,
-      **host.this_cpu())
+      router_health=record.health_means() or None,
+      **(source or revision.source_revision()), **host.this_cpu())
 
 
 def write_summary(workdir: str, summary: run_outputs.RunSummary) -> None:

@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from base import errors
+from base import revision
 from testing import full_disk
 from testing import checkpoint_faults
 from vmoe import checkpointing
@@ -124,6 +125,21 @@ def test_short_run_learns_and_writes_its_summary(short_config, short_run, precis
   # the checkpoint holds it beside the parameters.
   bias = saved_state(str(workdir), 40)['router_state']['block_01']['moe']['router']['state']['bias']
   assert np.any(bias != 0) and np.all(np.abs(bias) <= 40e-3 + 1e-6)
+  # Its source, and its router's training-time health: the means over the 40 logged steps of
+  # metrics.jsonl's training rows, per MoE block (the bias range of step s is that before its
+  # update). Each step's training row comes first; evaluations at 20 and 40 write the same keys.
+  assert summary.commit == revision.source_revision()['commit']
+  assert isinstance(summary.uncommitted_changes, bool)
+  logged = {}
+  with open(workdir / observability.METRICS_FILE, encoding='utf-8') as f:
+    for row in map(json.loads, f):
+      logged.setdefault(row['step'], row)
+  assert set(summary.router_health) == {'block_01', 'block_03'}
+  for block, health in summary.router_health.items():
+    assert health['logged_steps'] == 40
+    for name in ('dropped_tokens', 'unfilled_slots', 'state_bias_range'):
+      expected = np.mean([logged[s][f'router/{block}/{name}'] for s in range(1, 41)])
+      np.testing.assert_allclose(health[name], expected, rtol=1e-6)
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short_config, tmp_path,

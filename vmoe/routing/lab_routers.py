@@ -39,13 +39,24 @@ def _k(config) -> int:
 
 
 def _sigmoid_choice(inputs: registry.GroupInputs):
-  bias = inputs.state.get('bias')
-  return sigmoid_gate.sigmoid_gate(inputs.logits, _k(inputs.config), bias)[0], None
+  options = inputs.config.options
+  return sigmoid_gate.choice_scores(inputs.logits, inputs.state.get('bias'), options['n_groups'],
+                                    options['topk_groups']), None
 
 
 def _sigmoid_combine(inputs: registry.GroupInputs, scores):
-  del scores   # The choice scores hold the bias; the weights come from the unbiased s.
-  return sigmoid_gate.sigmoid_gate(inputs.logits, _k(inputs.config))[1]
+  """The unbiased s at the experts that `scores` (biased, group-limited: what dispatched) chose,
+  normalised over them and scaled, as DeepSeek-V3's `Gate`."""
+  return sigmoid_gate.combine_weights(inputs.logits, scores, _k(inputs.config),
+                                      inputs.config.options['route_scale'])
+
+
+def _check_sigmoid(config, num_tokens, num_experts):
+  registry.check_token_choice(config, num_tokens, num_experts)
+  if num_experts is not None:
+    options = config.options
+    sigmoid_gate.check_groups(num_experts, config.experts_per_token, options['n_groups'],
+                              options['topk_groups'], options['route_scale'])
 
 
 def _zero_bias(rng, dim, num_experts, config):
@@ -127,12 +138,18 @@ def _uniform_combine(inputs: registry.GroupInputs, scores):
   return fixed_routing.uniform_combine_scores(inputs.logits, _k(inputs.config))
 
 
-_SIGMOID = dict(affinity=_sigmoid_choice, allocation=registry.TOKEN_CHOICE,
+# DeepSeek-V3's expert groups and route scale, at the defaults that make its gate the plain
+# sigmoid gate (its published configs: 8 groups, 4 kept, scale 2.5; docs/fidelity.md).
+_GATE_OPTIONS = {'n_groups': 1, 'topk_groups': 1, 'route_scale': 1.0}
+_SIGMOID = dict(affinity=_sigmoid_choice,
+                allocation=registry.Allocation(names.TOKEN_CHOICE, registry.TOKEN_CHOICE.slots,
+                                               _check_sigmoid),
                 combine=_sigmoid_combine)
 ROUTERS = {
-    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, title=names.TITLES['sigmoid_tc']),
+    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, options=_GATE_OPTIONS,
+                                      title=names.TITLES['sigmoid_tc']),
     'lossfree_tc': registry.RouterSpec(
-        **_SIGMOID, options={'bias_update_rate': sigmoid_gate.BIAS_UPDATE_RATE},
+        **_SIGMOID, options={**_GATE_OPTIONS, 'bias_update_rate': sigmoid_gate.BIAS_UPDATE_RATE},
         state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
         title=names.TITLES['lossfree_tc']),
     'base': registry.RouterSpec(

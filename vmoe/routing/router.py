@@ -295,8 +295,9 @@ class Router(nn.Module):
   the noise.
 
   Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, metrics): metrics holds
-  'aux_loss', the spec's own metrics and, for the sparsity-constrained affinity, the solver's
-  health over the G groups, 'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how
+  'aux_loss', the spec's own metrics, 'state_NAME_range' (max - min) of each floating array of
+  a router state (lossfree_tc's 'state_bias_range') and, for the sparsity-constrained affinity,
+  the solver's health over the G groups, 'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how
   many groups' solvers returned their start; see affinity.SolverReport). Training noise draws from
   the 'gating' RNG stream.
 
@@ -351,6 +352,9 @@ class Router(nn.Module):
       metrics['aux_loss'] += spec.loss(logits, self.config)
     if spec.metrics is not None:
       metrics.update(spec.metrics(noisy_logits, slot_token, self.config))
+    for name, value in values.items():   # A state's spread, as the bias's range: its health.
+      if jnp.ndim(value) >= 1 and jnp.issubdtype(value.dtype, jnp.floating):
+        metrics[f'state_{name}_range'] = jnp.max(value) - jnp.min(value)
     if report is not None:
       metrics.update(solver_row_error=jnp.mean(report.row_error),
                      solver_fallbacks=jnp.sum(report.fell_back))

@@ -155,7 +155,8 @@ def test_router_parameters_and_outputs(name):
   own = {'sparsity_ec': {'solver_row_error', 'solver_fallbacks'},
          'sparsity_tc': {'solver_row_error', 'solver_fallbacks'},
          'topp_tc': {'experts_per_token', 'dropped_share'},
-         'base': {'assignment_unfilled'}}.get(name, set())
+         'base': {'assignment_unfilled'},
+         'lossfree_tc': {'state_bias_range'}}.get(name, set())
   assert set(aux) == {'aux_loss'} | own and aux['aux_loss'].shape == ()
 
 
@@ -387,7 +388,9 @@ def test_routers_after_the_paper_pin_their_defaults():
   specs = {name: router_lib.ROUTERS[name]
            for name in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc')}
   assert all(spec.presets == {} for spec in specs.values())
-  assert specs['lossfree_tc'].options == {'bias_update_rate': 1e-3}
+  gate = {'n_groups': 1, 'topk_groups': 1, 'route_scale': 1.0}   # DeepSeek-V3's gate, ungrouped.
+  assert specs['sigmoid_tc'].options == gate
+  assert specs['lossfree_tc'].options == {**gate, 'bias_update_rate': 1e-3}
   assert specs['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 50_000}
   assert specs['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
                                       'balance_loss_weight': 1e-2}
