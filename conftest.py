@@ -70,10 +70,52 @@ if _OWN_CACHE:
   os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
 
 
+def pytest_addoption(parser):
+  parser.addoption(
+      '--router-module', default='', metavar='PATH',
+      help='A .py file or dotted module that registers routers of your own (docs/routers.md): '
+           'it is imported before collection, and only the shared per-router checks (marked '
+           'per_router) run, on the routers it registers.')
+
+
 def pytest_configure(config):
   # pytest-xdist's mark, known also when a run goes without it (-p no:xdist).
   config.addinivalue_line('markers', 'xdist_group(name): run on the same pytest-xdist worker')
+  config.addinivalue_line('markers', 'per_router(argname): a check every router must pass, '
+                          'parametrised by router name in ARGNAME (pytest --router-module)')
   _STDERR.append(os.dup(2))
+  module = config.getoption('router_module')
+  if module:
+    # After XLA_FLAGS above; router.py registers the built-in routers first.
+    from vmoe.routing import registry   # pylint: disable=import-outside-toplevel
+    from vmoe.routing import router     # pylint: disable=import-outside-toplevel,unused-import
+    try:
+      registry.import_router_module(module)
+    except ValueError as e:
+      raise pytest.UsageError(str(e)) from None
+    config.user_routers = sorted(set(registry.ROUTERS) - registry.BUILT_IN)
+    if not config.user_routers:
+      raise pytest.UsageError(f'--router-module={module} registers no router of its own.')
+
+
+def _router_of(item) -> str | None:
+  """The router a per_router check's instance tests: its parameter named by the marker, up to
+  a case suffix such as '_no_softmax_combine'."""
+  marker = item.get_closest_marker('per_router')
+  callspec = getattr(item, 'callspec', None)
+  if marker is None or callspec is None:
+    return None
+  return callspec.params.get(marker.args[0])
+
+
+def pytest_collection_modifyitems(config, items):
+  """With --router-module, keeps the per_router checks of the module's routers alone."""
+  routers = getattr(config, 'user_routers', None)
+  if routers is None:
+    return
+  kept = [item for item in items if _router_of(item) in routers]
+  config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+  items[:] = kept
 
 
 def pytest_unconfigure(config):

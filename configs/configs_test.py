@@ -223,6 +223,7 @@ def test_router_presets_follow_the_reference(name):
     assert moe.router.noisy_combine == (router != 'sinkhorn_tc')
 
 
+@pytest.mark.per_router('router')
 @pytest.mark.parametrize('router', sorted(router_lib.ROUTERS) + [router_names.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):

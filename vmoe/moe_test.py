@@ -83,6 +83,7 @@ def router_config(case, capacity_factor):
                               softmax_combine=not case.endswith('_no_softmax_combine'))
 
 
+@pytest.mark.per_router('case')
 @pytest.mark.parametrize('case,capacity_factor', ROUTER_CASES)
 def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_factor):
   config = router_config(case, capacity_factor)
