@@ -60,8 +60,11 @@ seed spread to judge it by.
 """
 import argparse
 import dataclasses
+import math
 import sys
 from typing import Callable, Sequence
+
+import numpy as np
 
 from base import atomic
 from base import stats as stats_lib
@@ -69,6 +72,7 @@ from base.stats import Stat
 from results import cost
 from results import paper
 from results import summaries
+from results import superseded as superseded_lib
 from vmoe.routing import names as router_names
 
 FEWSHOT_SHOTS = 10
@@ -109,6 +113,27 @@ class Verdict:
   p_adjusted: float | None = None   # Two-sided p, Holm-adjusted within its family.
   family: int = 1          # How many comparisons share the Holm adjustment.
   chosen_among: int = 1    # Pairs that an extreme side was chosen among (1: no choice).
+  bias: float | None = None   # Claim 4: the expected range of equal routers' means it subtracts.
+  superseded: tuple = ()   # Rows it compares that a later fix superseded (results/superseded.py).
+  stderr_blocked: float | None = None   # Exploratory: from the seed-blocked residual spread.
+  df_blocked: int | None = None
+  p_blocked_adjusted: float | None = None
+
+  @property
+  def interval(self) -> tuple[float, float] | None:
+    """The margin's 95% confidence interval (two-sided t on the pooled spread, unadjusted)."""
+    if self.threshold is None:
+      return None
+    return self.margin - self.threshold, self.margin + self.threshold
+
+  @property
+  def p_blocked(self) -> float | None:
+    """Exploratory: the two-sided p of the margin on the seed-blocked spread (blocked_spread)."""
+    if self.stderr_blocked is None or self.df_blocked is None:
+      return None
+    if self.stderr_blocked == 0:
+      return 0.0 if self.margin else 1.0
+    return stats_lib.two_sided_p(self.margin / self.stderr_blocked, self.df_blocked)
 
   @property
   def holds(self) -> bool:
@@ -158,7 +183,11 @@ def _holm_adjusted(verdicts: list[Verdict]) -> list[Verdict]:
   adjusted = list(verdicts)
   for members in families.values():
     for i, p in zip(members, stats_lib.holm([verdicts[i].p for i in members])):
-      adjusted[i] = dataclasses.replace(verdicts[i], p_adjusted=p, family=len(members))
+      adjusted[i] = dataclasses.replace(adjusted[i], p_adjusted=p, family=len(members))
+    blocked = [verdicts[i].p_blocked for i in members]
+    if None not in blocked:
+      for i, p in zip(members, stats_lib.holm(blocked)):
+        adjusted[i] = dataclasses.replace(adjusted[i], p_blocked_adjusted=p)
   return adjusted
 
 
@@ -171,6 +200,41 @@ def _means(left: Sequence[Stat], right: Sequence[Stat]) -> float:
   """sum c_i^2 / n_i of mean(left) - mean(right)."""
   return (sum(1 / s.n for s in left) / len(left) ** 2
           + sum(1 / s.n for s in right) / len(right) ** 2)
+
+
+def _expected_range(count: int) -> float:
+  """E[max - min] of `count` independent standard normals (1.128 for 2, 1.693 for 3): the range
+  of equal routers' means, in units of one mean's standard error. Claim 4's margin subtracts
+  the Expert Choice routers' range, so it is biased by minus this times the s.e. when they are
+  equal, and its verdict states that bias."""
+  x = np.linspace(-10.0, 10.0, 20001)
+  cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+  return float(np.sum(1 - cdf ** count - (1 - cdf) ** count) * (x[1] - x[0]))
+
+
+def blocked_spread(rows: dict, table: tuple, value: Callable) -> stats_lib.Pooled | None:
+  """Exploratory: the residual spread of value in a two-way additive model of configuration and
+  seed, over the table's configurations that ran the same seeds (the study's seeds are shared,
+  and a seed moves every configuration alike). sqrt(sum (y - row mean - seed mean + grand
+  mean)^2 / df), df = (configurations - 1)(seeds - 1). None with fewer than 2 of either."""
+  by_config = {}
+  for key, runs in rows.items():
+    if key[:2] == table:
+      values = {r.get('seed'): value(r) for r in runs}
+      if None not in values.values():
+        by_config[key] = values
+  if not by_config:
+    return None
+  seeds = max((tuple(sorted(v)) for v in by_config.values()),
+              key=lambda s: sum(tuple(sorted(v)) == s for v in by_config.values()))
+  grid = np.array([[v[s] for s in seeds] for v in by_config.values()
+                   if tuple(sorted(v)) == seeds], np.float64)
+  if grid.shape[0] < 2 or grid.shape[1] < 2:
+    return None
+  residual = (grid - grid.mean(axis=1, keepdims=True) - grid.mean(axis=0, keepdims=True)
+              + grid.mean())
+  df = (grid.shape[0] - 1) * (grid.shape[1] - 1)
+  return stats_lib.Pooled(math.sqrt(float(np.sum(residual ** 2)) / df), df)
 
 
 def metrics_of(runs: Sequence[summaries.Run]) -> dict[str, Callable]:
@@ -228,8 +292,10 @@ def _accuracy_verdicts(all_stats: dict, ablated: dict, dense: Stat | None, add: 
     spread = stats[top].mean - stats[bottom].mean
     units = _means([stats[n] for n in ec], [stats[n] for n in tc]) + _pair(stats[top],
                                                                             stats[bottom])
+    n = sum(stats[r].n for r in ec) / len(ec)
     add(CLAIM_ALLOCATION, gap - spread, units,
-        f'|EC mean - TC mean| {100 * gap:.2f} vs EC spread {100 * spread:.2f} ({len(ec)} routers)')
+        f'|EC mean - TC mean| {100 * gap:.2f} vs EC spread {100 * spread:.2f} ({len(ec)} routers)',
+        bias_units=(_expected_range(len(ec)), 1 / n))
   if 'sinkhorn_tc' in stats and 'softmax_tc' in stats:
     a, b = stats['sinkhorn_tc'], stats['softmax_tc']
     add(CLAIM_SINKHORN_TC, a.mean - b.mean, _pair(a, b),
@@ -291,7 +357,8 @@ def pooled_spread(rows: dict, table: tuple, value: Callable) -> stats_lib.Pooled
 
 
 def check(rows: dict, cost: Callable[[summaries.Run], float | None] = summaries.Run.device_hours,
-          cost_title: str = 'wall-clock device-hours') -> list[Verdict]:
+          cost_title: str = 'wall-clock device-hours',
+          superseded: dict | None = None) -> list[Verdict]:
   """Verdicts for every (arch, dataset, capacity, metric) that has the routers a claim needs.
 
   rows: {key: seeds' runs} from summaries.group_seeds (or paper_rows). Rows without softmax
@@ -305,28 +372,36 @@ def check(rows: dict, cost: Callable[[summaries.Run], float | None] = summaries.
                          if k[:2] == table and k[4] and k[2] != router_names.DENSE})
     dense_runs = rows.get(table + (router_names.DENSE, None, True))
 
-    def adder(capacity, metric, spread, **extra):
-      def add(claim, margin, units, detail, chosen_among=1):
+    def adder(capacity, metric, spread, blocked=None):
+      def add(claim, margin, units, detail, chosen_among=1, bias_units=None):
         stderr = None if spread is None else 100 * spread.stderr(units)
-        verdicts.append(Verdict(claim, arch, dataset, capacity, metric, 100 * margin, stderr,
-                                detail, df=None if spread is None else spread.df,
-                                chosen_among=chosen_among, **extra))
+        bias = None
+        if bias_units is not None and spread is not None:
+          bias = bias_units[0] * 100 * spread.stderr(bias_units[1])
+        verdicts.append(Verdict(
+            claim, arch, dataset, capacity, metric, 100 * margin, stderr, detail,
+            df=None if spread is None else spread.df, chosen_among=chosen_among, bias=bias,
+            superseded=tuple(superseded_lib.involved(superseded or {}, detail, capacity)),
+            stderr_blocked=None if blocked is None else 100 * blocked.stderr(units),
+            df_blocked=None if blocked is None else blocked.df))
       return add
 
     costs_by_c = {c: _row_stats(rows, table, c, cost) for c in capacities}
     for metric, value in metrics.items():
       spread = pooled_spread(rows, table, value)
+      blocked = blocked_spread(rows, table, value)
       for capacity in capacities:
         stats = _row_stats(rows, table, capacity, value)
         ablated = _row_stats(rows, table, capacity, value, softmax_combine=False)
         dense = summaries.stat_of(dense_runs, value) if dense_runs else None
-        add = adder(capacity, metric, spread)
+        add = adder(capacity, metric, spread, blocked)
         _accuracy_verdicts(stats, ablated, dense, add)
         if capacity == 1:
           _new_router_verdicts(stats, add)
       stats_by_c = {c: _row_stats(rows, table, c, value) for c in capacities}
       for capacity in capacities:
-        _budget_verdict(stats_by_c, costs_by_c, capacity, adder(capacity, metric, spread))
+        _budget_verdict(stats_by_c, costs_by_c, capacity, adder(capacity, metric, spread,
+                                                                blocked))
     for capacity in capacities:
       costs = {r: s for r, s in costs_by_c[capacity].items() if r in paper.ROUTERS}
       others = [r for r in costs if r != 'sparsity_ec']
@@ -357,12 +432,13 @@ def paper_rows() -> dict:
 
 
 def to_markdown(verdicts: Sequence[Verdict], seeds: dict, notes: Sequence[str] = (),
-                spreads: dict | None = None) -> str:
+                spreads: dict | None = None, superseded: dict | None = None) -> str:
   """One table per (arch, dataset): claim x capacity x metric, margin, verdict.
 
   spreads: {(arch, dataset): {metric: stats.Pooled}} from spreads_per_table, stated above each
-  table.
+  table; superseded: results/superseded.load's rows, whose notes follow the table.
   """
+  superseded_notes = {f'{r} c={c:g}': note for (r, c), note in (superseded or {}).items()}
   out = ['# The paper\'s claims', '',
          'Generated by `python -m results.claims`; the claims, how each is measured and the '
          'verdict rule are in the docstring of `results/claims.py`. Margin: the claimed winner '
@@ -371,23 +447,40 @@ def to_markdown(verdicts: Sequence[Verdict], seeds: dict, notes: Sequence[str] =
          f'the smallest margin these seeds call shown (two-sided t test at {ALPHA:g}, before '
          f'any Holm adjustment). Detects: the difference these seeds find with {POWER:.0%} '
          'power. p: two-sided, Holm-adjusted within the claim\'s comparisons in that table and '
-         'metric where m > 1 (claims 0 and 7).', ''] + [f'{note}\n' for note in notes]
+         'metric where m > 1 (claims 0 and 7). 95% interval: the margin plus or minus "shown '
+         'at", what the seeds exclude as well as what they fail to show. Claim 4\'s margin '
+         'subtracts the range of the Expert Choice means, which is positive even when the '
+         'routers are equal: that range\'s expected value for equal routers (its upward bias) '
+         'is stated beside it. p seed-blocked (exploratory): the same margin judged by the residual spread of a '
+         'configuration + seed model, since every configuration ran the same seeds; Holm-'
+         'adjusted as p; the registered verdict is the one on the pooled spread. '
+         f'{superseded_lib.MARK}: a row that a later fix superseded, named with its rerun.',
+         ''] + [f'{note}\n' for note in notes]
   for arch, dataset in sorted({(v.arch, v.dataset) for v in verdicts}):
     out += [f'## {arch} on {dataset} (seeds per row: {seeds[arch, dataset]})', '']
     for metric, spread in sorted((spreads or {}).get((arch, dataset), {}).items()):
       out.append(f'- {metric}: pooled seed sd {100 * spread.std:.2f} points, {spread.df} degrees '
                  'of freedom.')
-    out += ['', '| claim | c | metric | margin | s.e. | shown at | detects | p (m) | holds | '
-            'verdict | compared |', '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- '
-            '| --- |']
+    out += ['', '| claim | c | metric | margin | 95% interval | s.e. | shown at | detects | '
+            'p (m) | holds | verdict | p seed-blocked (exploratory) | compared |',
+            '|' + ' --- |' * 13]
+    replaced = set()
     for v in sorted((v for v in verdicts if (v.arch, v.dataset) == (arch, dataset)),
                     key=lambda v: (v.claim[:2], v.capacity, v.metric)):
       margin = f'{v.margin:+.2f}' + ('' if v.unit == 'pts' else f' {v.unit}')
-      seeded = [] if v.stderr is None else [f'{v.stderr:.2f}', f'{v.threshold:.2f}',
-                                            f'{v.detectable:.2f}', _p_text(v)]
-      seeded += [''] * (4 - len(seeded))
+      seeded = [] if v.stderr is None else [
+          '({:+.2f}, {:+.2f})'.format(*v.interval), f'{v.stderr:.2f}', f'{v.threshold:.2f}',
+          f'{v.detectable:.2f}', _p_text(v)]
+      seeded += [''] * (5 - len(seeded))
+      verdict = v.strength + ''.join(f' {superseded_lib.MARK} {row}' for row in v.superseded)
+      replaced.update(v.superseded)
+      blocked = '' if v.p_blocked_adjusted is None else f'{v.p_blocked_adjusted:.3f}'
+      bias = '' if v.bias is None else f'; EC range expected for equal routers {v.bias:.2f}'
       out.append(f'| {v.claim} | {v.capacity:g} | {v.metric} | {margin} | {" | ".join(seeded)} | '
-                 f'{"yes" if v.holds else "no"} | {v.strength} | {v.detail} |')
+                 f'{"yes" if v.holds else "no"} | {verdict} | {blocked} | {v.detail}{bias} |')
+    out.append('')
+    for row in sorted(replaced):
+      out.append(f'- {superseded_lib.MARK} {row}: {superseded_notes.get(row, "superseded")}')
     out.append('')
   return '\n'.join(out)
 
@@ -440,13 +533,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   for problem in problems + group_problems:
     print(f'warning: {problem}', file=sys.stderr)
   price, cost_title = cost.load_step_times(args.step_times).pricing()
-  verdicts = check(rows, price, cost_title)
+  replaced = superseded_lib.load(args.runs)
+  verdicts = check(rows, price, cost_title, replaced)
   if not verdicts:
     print(f'No claim can be checked from the runs under {args.runs}: they need Token Choice, '
           'Expert Choice and Soft MoE rows of one architecture.', file=sys.stderr)
     return 1
   atomic.write_text(args.out, to_markdown(verdicts, seeds_per_table(rows),
-                                          spreads=spreads_per_table(rows)))
+                                          spreads=spreads_per_table(rows), superseded=replaced))
   print(args.out)
   return 0
 

@@ -1,4 +1,6 @@
 """The paper's claims from fixture summaries: margins, verdicts and their strength."""
+import math
+
 import pytest
 
 from results import claims
@@ -40,7 +42,7 @@ def test_margins_are_hand_worked_and_single_seeds_have_no_spread(tmp_path):
     assert all(v.holds and v.strength == 'n=1, spread unknown'
                for v in (means, worst, soft))
   text = claims.to_markdown(list(verdicts.values()), claims.seeds_per_table(rows))
-  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  |  |  |  | yes |' in text
+  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  |  |  |  |  | yes |' in text
 
 
 def test_pooled_spread_decides_the_strength(tmp_path):
@@ -128,7 +130,7 @@ def test_paper_cli_words_the_claims_as_the_paper(tmp_path):
   text = out.read_text()
   assert 'at a fixed compute budget' in text and claims.PAPER_UNCHECKABLE in text
   assert '## B/32 on JFT-300M (seeds per row: 1)' in text
-  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  |  |  |  | yes |' in (
+  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  |  |  |  |  | yes |' in (
       text)
 
 
@@ -166,7 +168,9 @@ def test_moe_beats_dense_per_router_with_holm_hand_worked(tmp_path):
                             spreads=claims.spreads_per_table(rows))
   assert '- upstream prec@1: pooled seed sd 1.00 points, 6 degrees of freedom.' in text
   # shown at t_{0.975, 6} x 0.8165 = 2.447 x 0.8165 = 2.00; detects (2.447 + 0.906) x 0.8165.
-  assert '| 0. MoE > dense | 1 | upstream prec@1 | +4.00 | 0.82 | 2.00 | 2.74 | 0.005 (2) | yes | shown |' in text
+  # The 95% interval: 4.00 -+ 2.00.
+  assert ('| 0. MoE > dense | 1 | upstream prec@1 | +4.00 | (+2.00, +6.00) | 0.82 | 2.00 | 2.74 | '
+          '0.005 (2) | yes | shown |') in text
 
 
 def test_an_extreme_side_needs_bonferroni_to_be_shown_opposite(tmp_path):
@@ -202,3 +206,29 @@ def test_claim_7_tests_every_new_router_against_soft_moe_and_the_best_sparse(tmp
       pytest.approx(5.0))
   assert all(v.family == 2 and v.df == 10 and v.strength == 'shown' for v in found.values())
   assert found['softmax_ec'].chosen_among == 2 and found['soft_moe'].chosen_among == 1
+
+
+def test_expected_range_of_equal_means():
+  # E[max - min] of 2 standard normals is 2 / sqrt(pi); of 3, 3 / sqrt(pi) (both exact).
+  assert claims._expected_range(2) == pytest.approx(2 / math.pi ** 0.5, abs=1e-6)
+  assert claims._expected_range(3) == pytest.approx(3 / math.pi ** 0.5, abs=1e-6)
+
+
+def test_seed_blocked_spread_removes_the_shared_seed_effect():
+  # 3 configurations x 4 seeds: y = config effect + seed effect + residual. The residuals are
+  # +-1 (and a row of 0) with zero row and column sums, so the additive fit leaves them exactly:
+  # sum of squares 8 on (3 - 1)(4 - 1) = 6 df, sd sqrt(4 / 3). The seed effect (0, 5, -3, 2) would inflate the
+  # unblocked pooled spread.
+  residual = [[1, -1, 1, -1], [-1, 1, -1, 1], [0, 0, 0, 0]]
+  seeds, configs = (0.0, 5.0, -3.0, 2.0), (10.0, 20.0, 30.0)
+  rows = {}
+  for i, base in enumerate(configs):
+    runs = [summaries.Run(f'r{i}s{s}', {'arch': 'A', 'dataset': 'd', 'router': f'r{i}',
+                                        'capacity': 1.0, 'seed': s,
+                                        'upstream_prec1': base + seeds[s] + residual[i][s]})
+            for s in range(4)]
+    rows[runs[0].key] = runs
+  value = lambda r: r.get('upstream_prec1')
+  blocked = claims.blocked_spread(rows, ('A', 'd'), value)
+  assert blocked.df == 6 and blocked.std == pytest.approx((4 / 3) ** 0.5)
+  assert claims.pooled_spread(rows, ('A', 'd'), value).std > 3

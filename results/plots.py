@@ -25,6 +25,7 @@ from typing import Sequence
 import matplotlib
 
 matplotlib.use('Agg')   # Files only: no display on servers and CI.
+import matplotlib.ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -39,15 +40,27 @@ from vmoe.routing import names as router_names  # pylint: disable=g-import-not-a
 MARKERS = {'softmax_tc': 'x', 'sinkhorn_tc': 'P', 'softmax_ec': 's', 'sinkhorn_ec': 'o',
            'sparsity_ec': '^', 'soft_moe': '*'}
 COLORS = dict(zip(paper.ROUTERS, plt.get_cmap('tab10').colors))
-OTHER_COLORS = plt.get_cmap('Dark2').colors   # Routers after the paper, in name order.
+# Routers after the paper (and a user's), in name order: each its own colour and marker.
+OTHER_COLORS = plt.get_cmap('Dark2').colors
+OTHER_MARKERS = ('D', 'v', '<', '>', 'p', 'h', 'X', 'd')
+
+
+def _others(routers) -> list:
+  return sorted(set(routers) - set(COLORS) - {router_names.DENSE})
 
 
 def router_colors(routers) -> dict:
   """{router: colour}: the paper's fixed ones, then the others by name from OTHER_COLORS (gray
   beyond them)."""
-  others = sorted(set(routers) - set(COLORS) - {router_names.DENSE})
+  others = _others(routers)
   extra = {r: OTHER_COLORS[i] if i < len(OTHER_COLORS) else 'gray' for i, r in enumerate(others)}
   return {**COLORS, **extra}
+
+
+def router_markers(routers) -> dict:
+  """{router: marker}: the paper's, then the others by name from OTHER_MARKERS (cycled)."""
+  others = _others(routers)
+  return {**MARKERS, **{r: OTHER_MARKERS[i % len(OTHER_MARKERS)] for i, r in enumerate(others)}}
 SIZE_PER_CAPACITY = 45.0    # Marker area (points^2) per unit of capacity: c=2 is twice c=1.
 FEWSHOT_SHOTS = 10          # Figure 2 is the paper's 10-shot task.
 DENSE_COLOR = 'black'
@@ -64,6 +77,7 @@ class Point:
   x_err: float = 0.0
   y_err: float = 0.0
   title: str | None = None   # A user's router's recorded title (built-ins: names.py's).
+  superseded: bool = False   # A row a later fix superseded (results/superseded.py): drawn hollow.
 
 
 def save_png(fig, path: str) -> str:
@@ -81,9 +95,11 @@ def arch_order(arch: str) -> tuple:
 
 
 def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str, path: str):
-  """Figures 1/2: one panel per architecture, accuracy vs cost, marker = router, size = c."""
+  """Figures 1/2: one panel per architecture, accuracy vs cost on a log axis (the routers'
+  costs span tenfold), marker and colour = router, size = c, hollow = superseded."""
   archs = sorted({p.arch for p in points}, key=arch_order)
   colors = router_colors({p.router for p in points})
+  markers = router_markers({p.router for p in points})
   fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
   for ax, arch in zip(axes[0], archs):
     for p in (p for p in points if p.arch == arch):
@@ -93,16 +109,23 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
       color = colors[p.router]
       if p.x_err or p.y_err:
         ax.errorbar(p.x, p.y, xerr=p.x_err, yerr=p.y_err, fmt='none', ecolor=color, lw=0.8)
-      ax.scatter(p.x, p.y, marker=MARKERS.get(p.router, 'D'), color=color,
-                 s=SIZE_PER_CAPACITY * p.capacity)
+      ax.scatter(p.x, p.y, marker=markers[p.router], s=SIZE_PER_CAPACITY * p.capacity,
+                 **({'facecolors': 'none', 'edgecolors': color} if p.superseded
+                    else {'color': color}))
+    if all(p.x > 0 for p in points if p.arch == arch):
+      ax.set_xscale('log')
+      ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # Labels would overlap.
     ax.set_title(arch)
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
   routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
   titles = {p.router: p.title for p in points if p.title}
-  handles = [plt.Line2D([], [], ls='', marker=MARKERS.get(r, 'D'), color=colors[r],
+  handles = [plt.Line2D([], [], ls='', marker=markers[r], color=colors[r],
                         label=paper.router_title(r, titles.get(r))) for r in routers]
+  if any(p.superseded for p in points):
+    handles.append(plt.Line2D([], [], ls='', marker='o', color='gray', markerfacecolor='none',
+                              label='hollow: superseded by a later fix'))
   if any(p.router == router_names.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
@@ -124,15 +147,18 @@ def draw_dense_reference(ax, p: Point) -> None:
   ax.scatter(p.x, p.y, marker='D', color=DENSE_COLOR, s=SIZE_PER_CAPACITY)
 
 
-def run_points(rows: dict, value, cost=summaries.Run.device_hours) -> list[Point]:
-  """Points (mean +- std over seeds) of the rows that have a cost and a value; no ablations."""
+def run_points(rows: dict, value, cost=summaries.Run.device_hours,
+               superseded: dict | None = None) -> list[Point]:
+  """Points (mean +- std over seeds) of the rows that have a cost and a value; no ablations;
+  those superseded names ({(router, c): note}) hollow."""
   points = []
   for (arch, _, router, capacity, softmax_combine), runs in rows.items():
     x = summaries.stat_of(runs, cost)
     y = summaries.stat_of(runs, value)
     if softmax_combine and x is not None and y is not None:
       points.append(Point(arch, router, capacity, x.mean, 100 * y.mean, x.std, 100 * y.std,
-                          runs[0].record.router_title))
+                          runs[0].record.router_title,
+                          (router, capacity) in (superseded or {})))
   return points
 
 
@@ -180,9 +206,11 @@ def paper_points(value, cost) -> list[Point]:
 
 def write_figures(runs: Sequence[summaries.Run], out_dir: str,
                   cost=summaries.Run.device_hours,
-                  hours: str = 'wall-clock training device-hours') -> list[str]:
+                  hours: str = 'wall-clock training device-hours',
+                  superseded: dict | None = None) -> list[str]:
   """Every figure the runs allow, plus the paper's two; returns the paths written. cost(run) is
-  the x axis of Figures 1 and 2 (results/cost.py's pricing), labelled `hours`."""
+  the x axis of Figures 1 and 2 (results/cost.py's pricing), labelled `hours`; the rows
+  superseded names (results/superseded.py) are drawn hollow."""
   rows, _ = summaries.group_seeds(runs)
   written = [
       scatter_panels(paper_points(lambda p: p.jft_prec1, lambda p: p.tpuv3_days), 'TPUv3-days',
@@ -193,7 +221,7 @@ def write_figures(runs: Sequence[summaries.Run], out_dir: str,
                      os.path.join(out_dir, 'paper_fig2_imagenet_10shot.png'))]
   for dataset in sorted({k[1] for k in rows}):
     points = run_points({k: v for k, v in rows.items() if k[1] == dataset},
-                        lambda r: r.get('upstream_prec1'), cost)
+                        lambda r: r.get('upstream_prec1'), cost, superseded)
     if points:
       written.append(scatter_panels(points, hours, f'{dataset} prec@1 (%)',
                                     f'Upstream accuracy vs training cost ({dataset})',
@@ -201,7 +229,8 @@ def write_figures(runs: Sequence[summaries.Run], out_dir: str,
   for fewshot_dataset, shots in summaries.fewshot_columns(runs):
     if shots != FEWSHOT_SHOTS:
       continue
-    points = run_points(rows, lambda r, d=fewshot_dataset: r.get('fewshot', d, str(shots)), cost)
+    points = run_points(rows, lambda r, d=fewshot_dataset: r.get('fewshot', d, str(shots)), cost,
+                        superseded)
     if points:
       written.append(scatter_panels(
           points, hours, f'{fewshot_dataset} {shots}-shot (%)',

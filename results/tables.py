@@ -28,6 +28,7 @@ from results import claims
 from results import cost
 from results import paper
 from results import summaries
+from results import superseded
 from results.summaries import Run
 from vmoe import run_outputs
 
@@ -135,8 +136,10 @@ def group_title(capacity: float | None) -> str:
 
 
 def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
-                controlled: Callable[[Run], float | None] | None = None) -> Table:
-  """The table of one (arch, dataset) from {key: seeds' runs}."""
+                controlled: Callable[[Run], float | None] | None = None,
+                superseded_rows: dict | None = None) -> Table:
+  """The table of one (arch, dataset) from {key: seeds' runs}; the rows superseded_rows names
+  ({(router, c): note}, results/superseded.py) carry its mark and a note."""
   keys = sorted(rows, key=paper.row_order)
   columns = columns_for(arch, list(rows.values()), controlled)
   header = ['Router', 'Seeds']
@@ -150,7 +153,10 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
   for key in keys:
     runs = rows[key]
     _, _, router, capacity, softmax_combine = key
-    cells = [runs[0].title, str(len(runs))]
+    replaced = (superseded_rows or {}).get((router, capacity)) if softmax_combine else None
+    cells = [runs[0].title + (f' {superseded.MARK}' if replaced else ''), str(len(runs))]
+    if replaced:
+      missing.setdefault(f'{superseded.MARK} {runs[0].title} is superseded: {replaced}', [])
     cell = paper.lookup(arch, router, capacity) if softmax_combine else None
     for column in columns:
       cells.append(format_stat(summaries.stat_of(runs, column.value), column.fmt, column.scale,
@@ -163,7 +169,8 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
         cells.append('' if cell is None else ('-' if value is None else format(value, '.2f')))
     cells.append(', '.join(sorted({r.devices() or 'n/a' for r in runs})))
     groups.setdefault(capacity, []).append(cells)
-  notes = [f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
+  notes = [key if not paths else
+           f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
            for key, paths in sorted(missing.items())]
   return Table(arch, dataset, header,
                [(group_title(c), g) for c, g in groups.items()], notes)
@@ -219,14 +226,14 @@ def to_latex(table: Table) -> str:
   return '\n'.join(out) + '\n'
 
 
-def build_tables(runs: Sequence[Run], controlled: Callable[[Run], float | None] | None = None
-                 ) -> tuple[list[Table], list[str]]:
+def build_tables(runs: Sequence[Run], controlled: Callable[[Run], float | None] | None = None,
+                 superseded_rows: dict | None = None) -> tuple[list[Table], list[str]]:
   """One Table per (arch, dataset) present, and the problems met while grouping seeds."""
   rows, problems = summaries.group_seeds(runs)
   by_table: dict[tuple, dict] = {}
   for key, seeds in rows.items():
     by_table.setdefault(key[:2], {})[key] = seeds
-  return [build_table(arch, dataset, r, controlled)
+  return [build_table(arch, dataset, r, controlled, superseded_rows)
           for (arch, dataset), r in sorted(by_table.items())], problems
 
 
@@ -263,19 +270,21 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f'  {problem}', file=sys.stderr)
     return 1
   step_times = cost.load_step_times(args.step_times)
-  tables, group_problems = build_tables(runs, step_times.controlled_hours)
+  replaced = superseded.load(args.runs)
+  tables, group_problems = build_tables(runs, step_times.controlled_hours, replaced)
   price, cost_title = step_times.pricing()
   figures = []
   if not args.no_figures:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
-    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs))
+    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs), replaced)
   written = write_tables(tables, args.out, figures)
   rows, _ = summaries.group_seeds(runs)
-  verdicts = claims.check(rows, price, cost_title)
+  verdicts = claims.check(rows, price, cost_title, replaced)
   if verdicts:     # The paper's claims, where the runs have the routers they compare.
     path = os.path.join(args.out, 'claims.md')
     atomic.write_text(path, claims.to_markdown(verdicts, claims.seeds_per_table(rows),
-                                               spreads=claims.spreads_per_table(rows)))
+                                               spreads=claims.spreads_per_table(rows),
+                                               superseded=replaced))
     written.append(path)
   if args.beside:
     text, beside_problems = study_comparison.compare(runs, args.beside)

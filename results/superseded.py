@@ -1,0 +1,33 @@
+"""Rows of a study that a later fix superseded: their runs trained with a bug, and reruns at the
+fixed commit replace them.
+
+A study's runs directory may hold `superseded.json`, a list of {"router", "capacity", "reason",
+"rerun"} objects (rerun: where the fixed runs live). Tables mark those rows with a dagger and a
+note, claims.md marks every verdict that compares one of them, and the figures draw them hollow.
+The committed summaries themselves stay as they were written.
+"""
+import json
+import os
+import re
+
+FILE = 'superseded.json'
+MARK = '\u2020'   # The dagger beside a superseded row.
+
+
+def load(runs_dir: str) -> dict[tuple[str, float], str]:
+  """{(router, capacity): 'reason; rerun: PATH'} from RUNS_DIR/superseded.json ({} without)."""
+  path = os.path.join(runs_dir, FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding='utf-8') as f:
+    entries = json.load(f)
+  return {(e['router'], float(e['capacity'])): f'{e["reason"]}; rerun: {e["rerun"]}'
+          for e in entries}
+
+
+def involved(superseded: dict, detail: str, capacity: float | None) -> list[str]:
+  """The superseded rows that a verdict's detail names (router names as words), at its capacity
+  (any capacity for a verdict across capacities, whose detail names its c)."""
+  words = set(re.findall(r'\w+', detail))
+  return [f'{router} c={c:g}' for (router, c) in sorted(superseded)
+          if router in words and (capacity is None or capacity == c or f'c={c:g}' in detail)]
