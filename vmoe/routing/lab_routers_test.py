@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from testing import reference_routers as ref
 from vmoe.routing import router as router_lib
 
 route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2), static_argnames='train')
@@ -41,30 +42,11 @@ def test_lossfree_combine_weighs_the_experts_its_bias_chose():
                              rtol=1e-6)
 
 
-def numpy_gate(logits, k, bias=None, n_groups=1, topk_groups=1, route_scale=1.0):
-  """float64 DeepSeek-V3 `Gate.forward` with the sigmoid score function (inference/model.py):
-  -> (T, E) weights, 0 at the experts not chosen. At k = 1 the project's deviation: s itself
-  (scaled), as normalising one weight would leave no gradient (sigmoid_gate.combine_weights)."""
-  scores = 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
-  choice = scores if bias is None else scores + bias
-  num_tokens, num_experts = choice.shape
-  if n_groups > 1:
-    grouped = choice.reshape(num_tokens, n_groups, -1)
-    if bias is None:
-      group_scores = grouped.max(axis=-1)
-    else:
-      group_scores = np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1)
-    kept = np.argsort(-group_scores, axis=-1, kind='stable')[:, :topk_groups]
-    mask = np.ones((num_tokens, n_groups), bool)
-    np.put_along_axis(mask, kept, False, axis=1)
-    choice = np.where(mask[..., None], -np.inf, grouped).reshape(num_tokens, num_experts)
-  experts = np.argsort(-choice, axis=-1, kind='stable')[:, :k]
-  weights = np.take_along_axis(scores, experts, axis=1)
-  if k > 1:
-    weights = weights / weights.sum(axis=1, keepdims=True)
-  out = np.zeros_like(scores)
-  np.put_along_axis(out, experts, route_scale * weights, axis=1)
-  return out
+def numpy_gate(logits, k, bias=None, **options):
+  """(T, E) weights of the float64 DeepSeek-V3 `Gate` (testing/reference_routers.py), 0 at the
+  experts not chosen: its combine with room for every request (C = T), summed over slots."""
+  return ref.sigmoid_gate(np.asarray(logits, np.float64), logits.shape[0], k, bias,
+                          **options).combine.sum(axis=2)
 
 
 @pytest.mark.parametrize('name,k', [('sigmoid_tc', 4), ('lossfree_tc', 4), ('lossfree_tc', 1)])

@@ -1,0 +1,125 @@
+"""Breaks the routing code on purpose, one line at a time, and checks that the suite notices.
+
+  python -m testing.mutation_check [--only NAME] [--out FILE]
+
+Each mutation replaces one line's text of vmoe/routing/ (the exact text must occur once) in a
+fresh copy of the tracked files, then runs the tests that should catch it; the mutation is caught
+when they fail. A mutation that survives is a hole in the tests. Prints one line per mutation and
+exits 1 if any survived. It costs a pytest process per mutation (a few minutes in all), so it is
+a tool to run by hand after changing routing code or its tests, not part of the suite.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import NamedTuple
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Mutation(NamedTuple):
+  name: str
+  path: str
+  old: str
+  new: str
+  tests: tuple[str, ...]
+
+
+MUTATIONS = (
+    Mutation('lossfree combine without its bias', 'vmoe/routing/lab_routers.py',
+             'return sigmoid_gate.combine_weights(inputs.logits, scores,',
+             'return sigmoid_gate.combine_weights(inputs.logits, inputs.logits,',
+             ('vmoe/routing/lab_routers_test.py::test_lossfree_combine_weighs_the_experts_its_bias_chose',)),
+    Mutation('top-p loss dropped', 'vmoe/routing/lab_routers.py',
+             'loss=_topp_loss, metrics=_topp_metrics', 'loss=None, metrics=_topp_metrics',
+             ('vmoe/routing/lab_routers_test.py::test_top_p_losses_and_metrics_by_value',)),
+    Mutation('assignment_unfilled inverted', 'vmoe/routing/lab_routers.py',
+             "{'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}",
+             "{'assignment_unfilled': jnp.mean(filled) / expected}",
+             ('vmoe/routing/lab_routers_test.py::test_assignment_unfilled_counts_the_missing_placements',)),
+    Mutation('bias update with the wrong sign', 'vmoe/routing/sigmoid_gate.py',
+             'return bias + rate * jnp.sign(jnp.mean(load) - load)',
+             'return bias + rate * jnp.sign(load - jnp.mean(load))',
+             ('vmoe/routing/router_test.py::test_a_router_with_state_updates_it_once_per_training_call_and_never_in_evaluation',)),
+    Mutation('group score of a gate without bias from its top 2', 'vmoe/routing/sigmoid_gate.py',
+             'group_score = jnp.max(grouped, axis=-1)',
+             'group_score = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)',
+             ('vmoe/routing/lab_routers_test.py::test_grouped_gate_equals_deepseek_v3s',)),
+    Mutation('route scale dropped', 'vmoe/routing/sigmoid_gate.py',
+             'return route_scale * scores / total', 'return scores / total',
+             ('vmoe/routing/lab_routers_test.py::test_grouped_gate_equals_deepseek_v3s',)),
+    Mutation('a router state range inverted', 'vmoe/routing/router.py',
+             "metrics[f'state_{name}_range'] = jnp.max(value) - jnp.min(value)",
+             "metrics[f'state_{name}_range'] = jnp.min(value) - jnp.max(value)",
+             ('vmoe/routing/lab_routers_test.py::test_a_router_state_reports_its_range',)),
+    Mutation('top-p dropped share inverted', 'vmoe/routing/top_p.py',
+             "'dropped_share': 1.0 - placed / requested}", "'dropped_share': placed / requested}",
+             ('vmoe/routing/lab_routers_test.py::test_top_p_losses_and_metrics_by_value',)),
+    Mutation('token choice in token-major order', 'vmoe/routing/allocation.py',
+             'expert = choice.T.reshape(-1)', 'expert = choice.reshape(-1)',
+             ('vmoe/routing/reference_test.py',)),
+    Mutation('fixed routing weighs 1 at every k', 'vmoe/routing/fixed_routing.py',
+             'return jnp.full(logits.shape, 1.0 / k, jnp.float32)',
+             'return jnp.full(logits.shape, 1.0, jnp.float32)',
+             ('vmoe/routing/reference_test.py',)),
+)
+
+
+def _copy_tracked(destination: str) -> None:
+  files = subprocess.run(['git', '-C', REPO, 'ls-files', '--cached', '--others',
+                          '--exclude-standard'], capture_output=True, text=True,
+                         check=True).stdout.split()
+  for path in files:
+    source = os.path.join(REPO, path)
+    if os.path.isfile(source):
+      os.makedirs(os.path.dirname(os.path.join(destination, path)) or destination, exist_ok=True)
+      shutil.copy2(source, os.path.join(destination, path))
+
+
+def check(mutation: Mutation, directory: str) -> dict:
+  """Applies `mutation` in `directory` (a copy), runs its tests, restores the file."""
+  path = os.path.join(directory, mutation.path)
+  with open(path, encoding='utf-8') as f:
+    original = f.read()
+  if original.count(mutation.old) != 1:
+    raise ValueError(f'{mutation.name}: {mutation.old!r} must occur once in {mutation.path}')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(original.replace(mutation.old, mutation.new))
+  try:
+    done = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:xdist',
+                           *mutation.tests], cwd=directory, capture_output=True, text=True,
+                          check=False)
+  finally:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(original)
+  failed = [line.split(' - ')[0].removeprefix('FAILED ') for line in done.stdout.splitlines()
+            if line.startswith('FAILED ')]
+  return {'mutation': mutation.name, 'file': mutation.path, 'caught': done.returncode == 1,
+          'failing': failed}
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--only', help='Run the mutations whose name contains this.')
+  parser.add_argument('--out', help='Also write the results as JSON here.')
+  args = parser.parse_args()
+  chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
+  results = []
+  with tempfile.TemporaryDirectory() as directory:
+    _copy_tracked(directory)
+    for mutation in chosen:
+      results.append(check(mutation, directory))
+      r = results[-1]
+      print(f'{"caught  " if r["caught"] else "SURVIVED"} {r["mutation"]} ({r["file"]}): '
+            f'{", ".join(r["failing"]) or "no test failed"}', flush=True)
+  if args.out:
+    with open(args.out, 'w', encoding='utf-8') as f:
+      json.dump(results, f, indent=1)
+  return 0 if all(r['caught'] for r in results) else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())
