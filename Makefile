@@ -109,12 +109,12 @@ tables: install
 demo: install
 	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/demo --capacities 1
 	$(PY) -m results.tables --runs $(WORKDIRS)/demo/tiny --out results/demo --beside $(STUDY_RUNS)
-	$(PY) -m results.routing_maps --runs $(WORKDIRS)/demo/tiny --out results/demo/routing_maps.png
+	$(PY) -m launch.routing_maps --runs $(WORKDIRS)/demo/tiny --out results/demo/routing_maps.png
 
 study: install
 	$(TINY_SWEEP) --workdir-root $(WORKDIRS)/study --seeds $(STUDY_SEEDS) --include-ablation \
 	  --routers $(STUDY_ROUTERS) --records $(STUDY_RUNS)
-	$(PY) -m results.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
+	$(PY) -m launch.routing_maps --runs $(WORKDIRS)/study/tiny --out results/tiny/routing_maps.png
 	$(PY) -m results.tables --runs $(STUDY_RUNS) --out results/tiny
 
 rehearsal: install

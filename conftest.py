@@ -135,13 +135,13 @@ def hard_deadline():
 def once_per_session(tmp_path_factory):
   """once(name, compute) -> compute()'s JSON-able result, computed once per test session.
 
-  For results that cost minutes of subprocesses (vmoe/multidevice_test.py, main_test.py). Under
+  For results that cost minutes of subprocesses (vmoe/train/multidevice_test.py, main_test.py). Under
   pytest-xdist every worker that gets a test needing the result asks for it: the first to take a
   lock in the session's shared temporary directory computes it and leaves it there as NAME.json;
   the others wait for the lock and read it. A result computed in process would keep the waiting
   workers idle: it belongs in a session fixture instead, whose tests carry one
   pytest.mark.xdist_group, which `make test`'s --dist loadgroup runs on one worker
-  (vmoe/trainer_test.py's short_run, launch/plan_test.py's small_plan).
+  (vmoe/train/trainer_test.py's short_run, launch/plan_test.py's small_plan).
   """
   session_dir = tmp_path_factory.getbasetemp()
   if os.environ.get('PYTEST_XDIST_WORKER'):
@@ -163,7 +163,7 @@ def tiny_experiment():
   `overrides` ({'dotted.key': value}, as --config.dotted.key=value) for `num_devices` devices."""
   from configs import common           # pylint: disable=import-outside-toplevel  (after XLA_FLAGS)
   from configs import tiny             # pylint: disable=import-outside-toplevel
-  from vmoe import experiment as experiment_lib   # pylint: disable=import-outside-toplevel
+  from vmoe.train import experiment as experiment_lib   # pylint: disable=import-outside-toplevel
 
   def build(arg: str = '', overrides: dict | None = None, num_devices: int = 1):
     config = common.override(tiny.get_config(arg), overrides or {})

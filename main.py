@@ -5,10 +5,10 @@ Overrides work as ml-collections users expect, e.g. --config.num_train_steps=100
 
 A user error (base/errors.py UserError: a bad flag, config, workdir or missing data) prints one
 message saying what to change and exits with status 2; --verbose or VMOE_VERBOSE=1 adds its
-traceback (vmoe/cli.py). Any other exception is a bug and keeps its traceback.
+traceback (vmoe/run/cli.py). Any other exception is a bug and keeps its traceback.
 
-The console shows the run's header, progress, evaluations and summary (vmoe/console.py); the
-libraries' INFO logs go to WORKDIR/log.txt, and --verbose shows them too (vmoe/run_log.py).
+The console shows the run's header, progress, evaluations and summary (vmoe/run/console.py); the
+libraries' INFO logs go to WORKDIR/log.txt, and --verbose shows them too (vmoe/run/run_log.py).
 """
 import os
 import sys
@@ -25,11 +25,11 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from vmoe import cli
-from vmoe import experiment as experiment_lib
-from vmoe import run_log
-from vmoe import sharding
-from vmoe import workdir as workdir_lib
+from vmoe.model import sharding
+from vmoe.run import cli
+from vmoe.run import run_log
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import workdir as workdir_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: configs/FILE.py:c=2.',
@@ -48,7 +48,7 @@ _VERBOSE = flags.DEFINE_bool(
 flags.mark_flags_as_required(['config', 'workdir'])
 
 def parse_experiment() -> experiment_lib.Experiment:
-  """The experiment of the parsed --config and its overrides, every check run (vmoe/experiment.py
+  """The experiment of the parsed --config and its overrides, every check run (vmoe/train/experiment.py
   parse): batch sizes the user set are kept, the config file's fitted to the devices."""
   return experiment_lib.parse(_CONFIG.value, fixed=_overrides())
 
@@ -72,7 +72,7 @@ def main(argv):
   experiment = workdir_lib.claim(_WORKDIR.value, experiment, fixed=_overrides())
   run_log.to_workdir(_WORKDIR.value)
   with run_log.native_stderr_to_log():   # TensorFlow's C++ start-up lines.
-    from vmoe import trainer  # pylint: disable=g-import-not-at-top
+    from vmoe.train import trainer  # pylint: disable=g-import-not-at-top
   config_file = flags.FLAGS['config'].config_filename.partition(':')[0]
   trainer.train_and_evaluate(experiment, _WORKDIR.value, config_file)
 

@@ -1,7 +1,7 @@
 """main.py's command line, fuzzed: any --config argument and overrides parse, or fail with one
 "Error:" line and exit status 2, never a traceback.
 
-Each example goes through main.py's own path in this process: vmoe/cli.py `run` (absl's app.run
+Each example goes through main.py's own path in this process: vmoe/run/cli.py `run` (absl's app.run
 with cli.parse_flags) and main.parse_experiment, on the global absl flags, which `reset` returns
 to their state before any parse (ml-collections registers one flag per override, read from
 sys.argv, as main.py's process has it). Hypothesis is seeded (43) and runs EXAMPLES = 2,000
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import main
 from configs import tiny
-from vmoe import cli
+from vmoe.run import cli
 
 EXAMPLES = 2000
 CONFIG = '--config'

@@ -31,14 +31,14 @@ import jax.numpy as jnp
 from bench import step
 from bench import timing
 from configs import common
-from vmoe import flops
-from vmoe import moe
+from vmoe.model import moe
 from vmoe.routing import allocation
 from vmoe.routing import balanced_assignment
 from vmoe.routing import lab_routers
 from vmoe.routing import names as router_names
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
+from vmoe.train import flops
 
 BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
 # Issue 40's targets for the routers after the paper, at the recipe's shape: forward+backward over
@@ -171,7 +171,7 @@ def layer(args) -> nn.Module:
 
 class CompiledRow(NamedTuple):
   """One row's forward and forward+backward compiled, its inputs (parameters, routers' state,
-  tokens), and XLA's FLOPs of the forward+backward (vmoe/flops.py says what they count)."""
+  tokens), and XLA's FLOPs of the forward+backward (vmoe/train/flops.py says what they count)."""
   forward: Any
   forward_backward: Any
   params: Any
@@ -188,7 +188,7 @@ class CompiledRow(NamedTuple):
 
 def compile_row(args) -> CompiledRow:
   """The row's layer on --groups groups of 8 images, each of group_size / 8 tokens, applied as
-  the train step applies the model (vmoe/train_step.py): the routers' state mutable (lossfree_tc's
+  the train step applies the model (vmoe/train/train_step.py): the routers' state mutable (lossfree_tc's
   bias update timed), the auxiliary loss added to the loss, gradients of the parameters (not of
   the state: random_tc's frozen kernel has none) and of the tokens."""
   module = layer(args)

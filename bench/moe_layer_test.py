@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench import moe_layer
-from vmoe import moe
+from vmoe.model import moe
 from vmoe.routing import router as router_lib
 
 TINY = ['--groups', '2', '--group-sizes', '16', '--capacities', '1', '--dim', '8', '--experts',

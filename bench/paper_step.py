@@ -4,7 +4,7 @@
   python -m bench.paper_step --archs VMoE-S/32 --out bench/results/paper_step_ilsvrc_s32.json
 
 Each row is a bench/step.py Stepper of a paper config at c = 1 ('dense': the same ViT without MoE
-layers), or for VMoE-S/32 (results/paper.py RUNG_ARCH) of the ImageNet-1k rung's recipe at c = 1
+layers), or for VMoE-S/32 (base/published.py RUNG_ARCH) of the ImageNet-1k rung's recipe at c = 1
 (configs/ilsvrc_s32.py: the grid's c = 1 cells). dtype 'float32' is the configs' default (float32
 model, bfloat16 dispatch: V-MoE's); 'bfloat16' is --config.model.dtype=bfloat16. Targets: sparse
 routers within 1.15x the dense step, Soft MoE within 1.1x the FLOPs-scaled one. MFU is
@@ -23,15 +23,15 @@ import time
 
 import jax
 
+from base import published
 from bench import processes
 from bench import step
 from bench import timing
 from configs import common
 from configs import ilsvrc_s32
-from results import paper
 from vmoe.routing import names as router_names
 
-ARCHS = paper.ARCHS + (paper.RUNG_ARCH,)
+ARCHS = published.ARCHS + (published.RUNG_ARCH,)
 ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
 DTYPES = ('float32', 'bfloat16')
 TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
@@ -39,8 +39,8 @@ CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
 
 
 def recipe_config(arch: str, router: str):
-  """arch x router at c = 1: a paper config, or the ImageNet-1k rung's (paper.RUNG_ARCH)."""
-  if arch == paper.RUNG_ARCH:
+  """arch x router at c = 1: a paper config, or the ImageNet-1k rung's (published.RUNG_ARCH)."""
+  if arch == published.RUNG_ARCH:
     return ilsvrc_s32.rung_config(router, 1.0)
   return common.get_paper_config(arch, router, 'c=1')
 
@@ -84,8 +84,8 @@ def run(args) -> dict:
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--archs', default=','.join(paper.ARCHS),
-                      help=f'default: the paper\'s; {paper.RUNG_ARCH}: the ImageNet-1k rung\'s')
+  parser.add_argument('--archs', default=','.join(published.ARCHS),
+                      help=f'default: the paper\'s; {published.RUNG_ARCH}: the ImageNet-1k rung\'s')
   parser.add_argument('--routers', default=','.join(ROUTERS))
   parser.add_argument('--dtypes', default=','.join(DTYPES))
   parser.add_argument('--per-device-batch', type=int,

@@ -1,6 +1,6 @@
 """The trainer's step as bench/train_step.py and bench/paper_step.py time it.
 
-A Stepper parses a config, builds its step as the trainer does (vmoe/train_program.py) and
+A Stepper parses a config, builds its step as the trainer does (vmoe/train/train_program.py) and
 compiles it ahead of time, with the optimizer's update alone beside it. `load` puts a fresh state
 and a synthetic batch on the devices, so input is not measured. `measure` times steppers in
 interleaved rounds: in each, a stepper gets a fresh state, takes `warmup` untimed steps (the first
@@ -16,12 +16,12 @@ import numpy as np
 from bench import peaks
 from bench import timing
 from configs import common
-from vmoe import experiment as experiment_lib
-from vmoe import flops
-from vmoe import sharding
-from vmoe import train_program
-from vmoe import train_step as train_lib
+from vmoe.model import sharding
 from vmoe.routing import names as router_names
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import flops
+from vmoe.train import train_program
+from vmoe.train import train_step as train_lib
 
 SOFT_MOE = 'soft_moe'   # The router with a target of its own (`add_ratios`).
 
@@ -51,7 +51,7 @@ class Stepper:
         'mesh': dict(self.program.mesh.shape), 'remat': e.model.remat,
         'num_params': self.program.num_params(),
         # The whole step's FLOPs before the backend's passes (XLA:GPU's compiled count misses
-        # the matmuls cuBLAS runs): vmoe/flops.py.
+        # the matmuls cuBLAS runs): vmoe/train/flops.py.
         'flops_per_image': flops.lowered_flops(lowered) / e.batch_size,
         # Arguments and temporaries; the outputs alias the donated state.
         'peak_memory_bytes': int(memory.argument_size_in_bytes + memory.temp_size_in_bytes)}

@@ -18,6 +18,6 @@ def test_interleaved_visits_every_timer_once_a_round_in_turn():
 
 def test_machine_records_the_cpu_beside_the_devices():
   record = timing.machine()
-  assert {'platform', 'cpu_count', 'cpu_model', 'cpu_flags', 'device', 'num_devices',
-          'jax'} == set(record)
+  assert {'platform', 'cpu_count', 'cpu_model', 'cpu_flags', 'commit', 'uncommitted_changes',
+          'device', 'num_devices', 'jax'} == set(record)
   assert isinstance(record['cpu_flags'], list)

@@ -11,28 +11,28 @@ choices (Every-2, E = 32, C = round(c T / E) with c in {1, 2}, ImageNet 10-shot)
 
 A config argument selects presets, big_vision style: `configs/b32_sinkhorn_ec.py:c=2,runlocal=True`
 (`parse_arg`); single values are overridden with `--config.KEY=VALUE`. Each block is built from its
-section's dataclass (vmoe/experiment.py `config_block`), so a key not set below holds that class's
-default, and vmoe/experiment.py `parse` turns the whole config into a vmoe.experiment.Experiment.
+section's dataclass (vmoe/train/experiment.py `config_block`), so a key not set below holds that class's
+default, and vmoe/train/experiment.py `parse` turns the whole config into a vmoe.train.experiment.Experiment.
 """
 import math
 
 import ml_collections as mlc
 
 from base import errors
+from base import published
 from data import config as data_config
 from data import imagenet21k_splits
 from evaluation import classify
 from evaluation import fewshot
-from results import paper
-from vmoe import checkpointing
-from vmoe import experiment as experiment_lib
-from vmoe import moe as moe_lib
-from vmoe import optim
-from vmoe import sharding
-from vmoe import vit
-from vmoe.routing import registry
+from vmoe.model import moe as moe_lib
+from vmoe.model import sharding
+from vmoe.model import vit
 from vmoe.routing import names as router_names
+from vmoe.routing import registry
 from vmoe.routing import router as router_lib
+from vmoe.run import checkpointing
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import optim
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
 # single 'full' split for validation and trains on the rest (data/imagenet21k_splits.py). The data
@@ -47,7 +47,7 @@ IMAGENET21K_CLASSES = 21_843
 IMAGENET21K_EPOCHS = 300
 PAPER_BATCH_SIZE = 4096           # V-MoE pretrain_imagenet21k.py: dataset.train.batch_size.
 
-# Peak learning rate per model size of the paper's architectures (results/paper.py ARCHS): V-MoE
+# Peak learning rate per model size of the paper's architectures (base/published.py ARCHS): V-MoE
 # common.get_optimizer_config ('B', 32), ('B', 16): 8e-4; ('L', 16): 4e-4.
 PEAK_LR = {'B': 8e-4, 'L': 4e-4}
 
@@ -117,13 +117,13 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
   (router.sparsity_solver_defaults). router='dense' gives a dense ViT (num_experts=0; its router
   block is ignored). docs/fidelity.md traces every value.
 
-  capacity: c (k for token choice), one of the paper's (results/paper.py CAPACITIES); the library
+  capacity: c (k for token choice), one of the paper's (base/published.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
   router_module: the module that registers a router of the user's own (docs/routers.md).
   """
-  if router != router_names.DENSE and capacity not in paper.CAPACITIES:
+  if router != router_names.DENSE and capacity not in published.CAPACITIES:
     raise errors.UserError(f'capacity factor c={capacity:g} is not one of the paper\'s '
-                           f'{paper.CAPACITIES}; use the config argument c=1 or c=2, or '
+                           f'{published.CAPACITIES}; use the config argument c=1 or c=2, or '
                            f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
                            'outside the paper\'s grid.')
   name = router_lib.PAPER_ROUTERS[0] if router == router_names.DENSE else router
@@ -228,9 +228,9 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   arg: 'c=1' (default) or 'c=2' (k for token choice routers); 'runlocal=True' shrinks everything
   for a 2-step CPU run on embedded data (see `runlocal`; no ImageNet needed).
   """
-  if variant not in paper.ARCHS:
+  if variant not in published.ARCHS:
     raise errors.UserError(f'the paper has no {variant!r} model; valid: '
-                           f'{", ".join(paper.ARCHS)}.')
+                           f'{", ".join(published.ARCHS)}.')
   size, patch = variant.split('/')                     # 'B/32': ViT-B, 32x32 patches.
   arg = parse_arg(arg, c=1.0, runlocal=False, router_module='')
   image_size = 224                                     # V-MoE: inception_crop(224).
@@ -251,7 +251,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
                           router_module=arg.router_module)
   # V-MoE i21k: dispatcher.bfloat16 = True (its Bfloat16Dispatcher; the Soft MoE router always
   # wraps it): tokens enter the dispatch in bfloat16 and the combine weights and sums stay
-  # float32 (Soft MoE's float32 dispatch weights make its buffers float32; vmoe/moe.py). Full
+  # float32 (Soft MoE's float32 dispatch weights make its buffers float32; vmoe/model/moe.py). Full
   # bfloat16 compute is --config.model.dtype=bfloat16 (vit.ModelConfig).
   config.moe.dispatch_dtype = 'bfloat16'
   config.data = _imagenet21k_data(image_size)
@@ -269,7 +269,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
                                   imagenet_fewshot_pp(image_size), batch_size=4096,
                                   every_steps=25_000)
   # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background. keep = 2 here, so that a
-  # corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py; fidelity doc).
+  # corrupt newest checkpoint leaves one to resume from (vmoe/run/checkpointing.py; fidelity doc).
   config.checkpoint = experiment_lib.config_block(
       checkpointing.CheckpointConfig(every_steps=1_000, keep=2))
   config.wandb = experiment_lib.config_block(experiment_lib.WandbConfig(project='vmoe-routers'))

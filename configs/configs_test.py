@@ -18,12 +18,12 @@ import pytest
 from configs import common
 from data import imagenet21k_splits
 from results import paper
-from vmoe import experiment as experiment_lib
-from vmoe import run_outputs
-from vmoe import trainer
-from vmoe import vit
+from vmoe.model import vit
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
+from vmoe.run import run_outputs
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import trainer
 
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
@@ -70,7 +70,8 @@ def test_the_router_lab_config_is_the_paper_cell_with_any_router(arch):
   assert lab.to_dict() == paper_cell.to_dict()
   other = load('router_lab', f'arch={arch},router=lossfree_tc')
   assert other.moe.router.name == 'lossfree_tc' and other.moe.router.noise_std == 0.0
-  assert dict(other.moe.router.options) == {'bias_update_rate': 1e-3}
+  assert dict(other.moe.router.options) == {'bias_update_rate': 1e-3, 'n_groups': 1,
+                                            'topk_groups': 1, 'route_scale': 1.0}
   parse(other)
 
 
@@ -197,7 +198,7 @@ def test_effective_capacity_of_the_paper_configs(name):
 ])
 def test_capacities_outside_the_papers_grid_parse(router, capacity, expected):
   # The paper configs restrict their argument c to the paper's (1, 2); the library takes any
-  # c > 0, and any integer k <= E for token choice (vmoe/moe_test.py trains the layer at these).
+  # c > 0, and any integer k <= E for token choice (vmoe/model/moe_test.py trains the layer at these).
   config = common.override(load('tiny', f'router={router}'),
                            {'moe.router.capacity_factor': capacity})
   assert routed_capacity(config)[:2] == expected
@@ -408,7 +409,7 @@ def test_the_resolved_config_parses_back_to_the_same_record(name):
   assert parse(mlc.ConfigDict(parsed.to_dict())) == parsed
   dense = parse(load('tiny', 'router=dense'))
   assert parse(mlc.ConfigDict(dense.to_dict())) == dense
-  # A JSON round trip (WORKDIR/config.json, read by vmoe/multidevice_test.py's subprocesses)
+  # A JSON round trip (WORKDIR/config.json, read by vmoe/train/multidevice_test.py's subprocesses)
   # parses back to the same record.
   for record in (parsed, dense):
     assert parse(json.loads(json.dumps(record.to_dict()))) == record

@@ -26,10 +26,10 @@ import ml_collections as mlc
 
 from configs import common
 from evaluation import classify
-from vmoe import checkpointing
-from vmoe import experiment as experiment_lib
-from vmoe import optim
-from vmoe import sharding
+from vmoe.model import sharding
+from vmoe.run import checkpointing
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import optim
 
 NUM_CLASSES = 1_000
 # ILSVRC2012 'train' has 1,281,167 images; TFDS rounds a percent boundary to the closest record:

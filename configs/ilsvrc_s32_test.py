@@ -14,12 +14,12 @@ from configs import common
 from configs import ilsvrc_s32
 from configs import ilsvrc_s32_vmoe
 from data import sources
-from vmoe import experiment as experiment_lib
-from vmoe import run_outputs
-from vmoe import trainer
-from vmoe import vit
+from vmoe.model import vit
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
+from vmoe.run import run_outputs
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = [(router, c) for router in router_lib.PAPER_ROUTERS for c in (1, 2)]

@@ -43,7 +43,7 @@ SHARED_RECIPE = {
     'moe.dropout_rate': None,                  # The model's: 0.0 (moe.dropout_rate = 0.0).
     'moe.router.num_selected_experts': None,   # The paper's convention: k is c.
     'moe.router.eval_capacity_factor': None,   # Evaluation at the training capacity.
-    'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/moe_test.py).
+    'moe.dispatch': 'indices',                 # Same maths as 'einsum' (vmoe/model/moe_test.py).
     'moe.dispatch_dtype': 'bfloat16',          # dispatcher.bfloat16 = True (fidelity D3).
     'model.dtype': 'float32', 'model.remat': False,   # Float32 model (V-MoE's); no remat.
     'moe.router.softmax_combine': True,        # Paper Sec. 3.2-3.5.
@@ -60,11 +60,11 @@ SHARED_RECIPE = {
     'seed': 0,
     'log_every_steps': 100,
     # keep: 2, where V-MoE's keep_last is 1: a deliberate deviation, so that a corrupt newest
-    # checkpoint leaves one to resume from (vmoe/checkpointing.py restore_latest).
+    # checkpoint leaves one to resume from (vmoe/run/checkpointing.py restore_latest).
     'checkpoint.every_steps': 1000, 'checkpoint.keep': 2, 'checkpoint.asynchronous': True,
     'wandb.mode': 'offline', 'wandb.project': 'vmoe-routers',   # Project-only.
     # num_expert_partitions = num_experts, capped at the devices: gcd(devices, 32) along 'expert'
-    # (vmoe/sharding.py resolve); --config.mesh.expert=1 is data-parallel only.
+    # (vmoe/model/sharding.py resolve); --config.mesh.expert=1 is data-parallel only.
     'mesh.data': -1, 'mesh.expert': -1,
 }
 # V-MoE's ImageNet-21k learning rates: 8e-4 for B, 4e-4 for L.

@@ -31,10 +31,10 @@ import ml_collections as mlc
 
 from configs import common
 from evaluation import classify
-from vmoe import checkpointing
-from vmoe import experiment as experiment_lib
-from vmoe import optim
-from vmoe import sharding
+from vmoe.model import sharding
+from vmoe.run import checkpointing
+from vmoe.train import experiment as experiment_lib
+from vmoe.train import optim
 
 NUM_TRAIN_STEPS = 3000      # The pilot's regime long3000 (results/tiny/pilot.md).
 EVAL_EVERY_STEPS = 1000
@@ -82,7 +82,7 @@ def get_config(arg=None):
       {'digits': ('train', 'test'), 'fashion_mnist': ('train', 'test')},
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
-  # keep = 2: a corrupt newest checkpoint leaves one to resume from (vmoe/checkpointing.py).
+  # keep = 2: a corrupt newest checkpoint leaves one to resume from (vmoe/run/checkpointing.py).
   config.checkpoint = experiment_lib.config_block(
       checkpointing.CheckpointConfig(every_steps=500, keep=2))
   config.wandb = experiment_lib.config_block(

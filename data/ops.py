@@ -19,10 +19,19 @@ i-th op of the string `fold_in(example_seed, i)`, and the pipeline derives the e
 run seed and the example's position in the stream, so a preprocessed example depends only on
 (seed, position), whatever the parallelism, and a resumed run reproduces it.
 
+Decoding only the crop. `decode|inception_crop(...)` runs as one op, V-MoE's
+decode_jpeg_and_inception_crop: a JPEG's crop window is drawn from the shape in its header and only
+that window is decoded (tf.io.decode_and_crop_jpeg); other formats are decoded whole, then cropped.
+The window is the one inception_crop would draw on the decoded image, from its own seed, so the pp
+string, the steps and every op's seed stay as they are: `build` keeps one step per op and marks the
+decode as fused with the crop after it, and `apply` runs the pair as one. A head of the steps run
+apart (the pipeline's data.cache keeps the examples after `decode`) runs the plain ops.
+
 Labels. onehot(n) maps the int 'label' to a float32 one-hot 'labels'; multi_hot(n) maps the int
 list 'labels' (multilabel_records) to a float32 multi-hot 'labels'. Out-of-range ids fail.
 """
 import ast
+import dataclasses
 import inspect
 from typing import Callable, NamedTuple
 
@@ -32,31 +41,59 @@ from data import randaug as randaug_lib
 
 
 class Step(NamedTuple):
-  """One parsed op: its text, name and function, whether it is random, its place in the string."""
+  """One parsed op: its text, name and function, whether it is random, its place in the string.
+
+  fused: for a decode followed by inception_crop, fn(example, the crop's seed) running both as one
+  (_decode_and_inception_crop); `apply` uses it when the crop step comes next in its list.
+  """
   spec: str
   name: str
   fn: Callable
   random: bool
   index: int
+  fused: Callable | None = None
 
 
 def build(pp: str) -> list[Step]:
-  """Parses a pp string into steps; unknown names and bad arguments fail with what to change."""
+  """Parses a pp string into steps, one per op; unknown names and bad arguments fail with what to
+  change. A decode followed by inception_crop is marked fused (see Step)."""
   if not isinstance(pp, str) or not pp.strip():
     raise ValueError(f'empty preprocessing string {pp!r}; give ops joined by "|", e.g. '
                      '"decode|value_range(-1, 1)|onehot(10)|keep(\'image\', \'labels\')".')
-  return [_parse_op(spec.strip(), pp, i) for i, spec in enumerate(pp.split('|'))]
+  steps = [_parse_op(spec.strip(), pp, i) for i, spec in enumerate(pp.split('|'))]
+  return [_fuse(step, following) for step, following in zip(steps, steps[1:] + [None])]
 
 
 def apply(steps: list[Step], example: dict, seed: tf.Tensor) -> dict:
   """Runs `steps` on `example`; the random op at place i of the pp string gets the stateless seed
-  fold_in(seed, i) (so running a tail of the steps, after a cached head, changes no seed)."""
-  for step in steps:
-    if step.random:
-      example = step.fn(example, tf.random.experimental.stateless_fold_in(seed, step.index))
+  fold_in(seed, i) (so running a tail of the steps, after a cached head, changes no seed).
+
+  A fused decode and the inception_crop after it run as one op on the crop's seed. A list that
+  ends at the decode (a cached head) runs the plain decode, and one that starts at the crop (the
+  tail after a cached decode) the plain crop.
+  """
+  position = 0
+  while position < len(steps):
+    step, following = steps[position], steps[position + 1:position + 2]
+    if step.fused and following and following[0].index == step.index + 1:
+      example = step.fused(example, _seed(seed, following[0]))
+      position += 2
     else:
-      example = step.fn(example)
+      example = step.fn(example, _seed(seed, step)) if step.random else step.fn(example)
+      position += 1
   return example
+
+
+def _seed(seed: tf.Tensor, step: Step) -> tf.Tensor:
+  """The stateless seed of `step`: fold_in(seed, its place in the pp string)."""
+  return tf.random.experimental.stateless_fold_in(seed, step.index)
+
+
+def _fuse(step: Step, following: Step | None) -> Step:
+  """`step`, marked fused with `following` when they are decode and inception_crop."""
+  if step.name == 'decode' and following is not None and following.name == 'inception_crop':
+    return step._replace(fused=_decode_and_inception_crop(step.fn, following.fn))
+  return step
 
 
 def _parse_op(spec: str, pp: str, index: int) -> Step:
@@ -104,6 +141,15 @@ def _image(example: dict, op: str) -> tf.Tensor:
   return image
 
 
+def _encoded(example: dict) -> tf.Tensor:
+  """The example's encoded image bytes, or an error saying what is wrong."""
+  if 'image' not in example:
+    raise ValueError(f'pp op decode needs an "image"; the example has {sorted(example)}.')
+  if example['image'].dtype != tf.string:
+    raise ValueError('pp op decode got an already decoded image; remove the second decode.')
+  return example['image']
+
+
 def _with_image(example: dict, image: tf.Tensor) -> dict:
   return {**example, 'image': image}
 
@@ -124,20 +170,22 @@ def _resize(image: tf.Tensor, size, method: str, antialias: bool) -> tf.Tensor:
   return tf.cast(resized, image.dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Decode:
+  """The op decode(channels); an object, not a closure, so that the fused op reads `channels`."""
+  channels: int
+
+  def __call__(self, example: dict) -> dict:
+    # expand_animations=False: a GIF gives its first frame, so every image is rank 3.
+    image = tf.io.decode_image(_encoded(example), channels=self.channels, expand_animations=False)
+    return _with_image(example, image)
+
+
 def decode(channels: int = 3):
   """Encoded image bytes (JPEG, PNG, GIF, BMP, WebP) -> uint8 (H, W, channels); channels 1 or 3."""
   if channels not in (1, 3):
     raise ValueError(f'decode: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}')
-
-  def op(example):
-    if 'image' not in example:
-      raise ValueError(f'pp op decode needs an "image"; the example has {sorted(example)}.')
-    if example['image'].dtype != tf.string:
-      raise ValueError('pp op decode got an already decoded image; remove the second decode.')
-    # expand_animations=False: a GIF gives its first frame, so every image is rank 3.
-    image = tf.io.decode_image(example['image'], channels=channels, expand_animations=False)
-    return _with_image(example, image)
-  return op
+  return _Decode(channels)
 
 
 def resize(size, method: str = 'bilinear', antialias: bool = False):
@@ -184,27 +232,72 @@ def central_crop(size):
   return op
 
 
+@dataclasses.dataclass(frozen=True)
+class _InceptionCrop:
+  """The op inception_crop(size, area_min, area_max); an object, not a closure, so that the fused
+  op draws the same window and resizes the same way."""
+  size: tuple[int, int]
+  area_min: float
+  area_max: float
+
+  def window(self, shape: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(begin, size) of the crop, tf.slice's arguments, for an image of int32 `shape` (H, W, C)."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape, bounding_boxes=tf.zeros([0, 0, 4]), seed=seed,
+        area_range=(self.area_min / 100, self.area_max / 100), aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=100)
+    return begin, size
+
+  def resized(self, crop: tf.Tensor) -> tf.Tensor:
+    return _resize(crop, self.size, 'bilinear', False)
+
+  def __call__(self, example: dict, seed: tf.Tensor) -> dict:
+    image = _image(example, 'inception_crop')
+    crop = tf.slice(image, *self.window(tf.shape(image), seed))
+    crop.set_shape([None, None, image.shape[-1]])   # tf.slice forgets the channel count.
+    return _with_image(example, self.resized(crop))
+
+
 def inception_crop(size, area_min: float = 5, area_max: float = 100):
   """Random crop of area_min..area_max % of the image, aspect 3/4..4/3, resized to `size`.
 
   The Inception crop (Szegedy et al. 2015) with V-MoE's (and big_vision's) default area range
   5-100%, and up to 100 tries to sample a box before falling back to the whole image: TF's
-  default, which V-MoE's inception_crop keeps (vmoe/data/pp_ops.py).
+  default, which V-MoE's inception_crop keeps (vmoe/data/pp_ops.py). Right after decode, a JPEG
+  is decoded only in the window (_decode_and_inception_crop).
   """
   size = _pair(size, 'inception_crop')
   if not 0 < area_min <= area_max <= 100:
     raise ValueError(f'inception_crop: need 0 < area_min <= area_max <= 100, got '
                      f'{area_min}, {area_max}')
+  return _InceptionCrop(size, area_min, area_max)
+
+
+def _decode_and_inception_crop(decode_op: _Decode, crop_op: _InceptionCrop) -> Callable:
+  """decode then inception_crop as one op, fn(example, the crop's seed): V-MoE's
+  decode_jpeg_and_inception_crop (vmoe/data/pp_ops.py) for JPEGs, the two ops for other formats.
+
+  For a JPEG, the window is drawn from the shape the decoded image would have (height and width
+  from the header, tf.io.extract_jpeg_shape, and decode's channel count), so the same seed gives
+  the window the unfused ops draw. Only that window is decoded, by tf.io.decode_and_crop_jpeg, the
+  reference's decoding; libjpeg converts the colours to decode's channel count as decode_image
+  does (colour to luma for 1, grey replicated for 3). It differs from cropping the whole decode
+  only where the chroma is subsampled (4:2:0, 4:2:2): on the window's outermost pixels, whose
+  chroma the window's decode upsamples without the neighbours outside it.
+  """
+  channels = decode_op.channels
+
+  def decode_window(data, seed):
+    height_width = tf.io.extract_jpeg_shape(data)[:2]
+    begin, size = crop_op.window(tf.concat([height_width, [channels]], 0), seed)
+    window = tf.concat([begin[:2], size[:2]], 0)                # (y, x, height, width)
+    return crop_op.resized(tf.io.decode_and_crop_jpeg(data, window, channels=channels))
 
   def op(example, seed):
-    image = _image(example, 'inception_crop')
-    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4]), seed=seed,
-        area_range=(area_min / 100, area_max / 100), aspect_ratio_range=(3 / 4, 4 / 3),
-        min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=100)
-    crop = tf.slice(image, begin, crop_size)
-    crop.set_shape([None, None, image.shape[-1]])   # tf.slice forgets the channel count.
-    return _with_image(example, _resize(crop, size, 'bilinear', False))
+    data = _encoded(example)
+    image = tf.cond(tf.io.is_jpeg(data), lambda: decode_window(data, seed),
+                    lambda: crop_op(decode_op(example), seed)['image'])
+    return _with_image(example, image)
   return op
 
 

@@ -1,7 +1,10 @@
 """Tests of the pp ops and the pp-string builder: hand-worked numbers, shapes, errors."""
+import io
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from data import ops
 
@@ -96,25 +99,106 @@ def test_decode_channels_and_grayscale():
   assert out.shape == (2, 3, 3) and (out == 9).all()
 
 
-def test_decode_then_crop_differs_from_v_moes_decode_and_crop_only_on_the_crop_edge():
-  # V-MoE's decode_jpeg_and_inception_crop decodes only its crop window
-  # (tf.image.decode_and_crop_jpeg); the project decodes the whole image, then crops (fidelity
-  # D18). For a 4:4:4 JPEG both give the same pixels. For a 4:2:0 one (chroma at half
-  # resolution, most photographs) the window's decode upsamples the chroma without the
-  # neighbours outside it, so the crop's outermost rows and columns differ; every other pixel is
-  # equal.
+def photo(height: int, width: int) -> np.ndarray:
+  """A smooth random RGB image plus noise: chroma that 4:2:0 or 4:2:2 subsampling changes."""
   rng = np.random.default_rng(0)
-  smooth = tf.image.resize(rng.uniform(0, 255, (1, 16, 16, 3)), (64, 64))[0]
-  image = tf.cast(tf.clip_by_value(smooth + rng.normal(0, 20, (64, 64, 3)), 0, 255), tf.uint8)
-  window = [13, 7, 37, 41]                            # Odd offsets: not on a chroma block edge.
-  y, x, h, w = window
-  for chroma_downsampling in (False, True):
-    data = tf.io.encode_jpeg(image, quality=90, chroma_downsampling=chroma_downsampling)
-    theirs = tf.image.decode_and_crop_jpeg(data, window, channels=3).numpy().astype(int)
-    ours = run('decode', {'image': data.numpy()})['image'][y:y + h, x:x + w].astype(int)
-    differs = np.abs(theirs - ours).max(axis=-1) > 0
-    np.testing.assert_array_equal(differs[1:-1, 1:-1], False)
-    assert differs.any() == chroma_downsampling
+  smooth = tf.image.resize(rng.uniform(0, 255, (1, 8, 8, 3)), (height, width))[0]
+  return np.clip(smooth + rng.normal(0, 20, (height, width, 3)), 0, 255).astype(np.uint8)
+
+
+def jpeg(image: np.ndarray, subsampling: str) -> bytes:
+  """Pillow's JPEG of `image` (H, W, 1 or 3) with chroma '4:4:4', '4:2:2' or '4:2:0'."""
+  buffer = io.BytesIO()
+  Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(
+      buffer, format='JPEG', quality=90, subsampling=subsampling)
+  return buffer.getvalue()
+
+
+def unfused(pp: str, example: dict, seed=SEED) -> dict:
+  """run(pp) with each op run on its own, as before the fusion: decode, then inception_crop."""
+  steps = [step._replace(fused=None) for step in ops.build(pp)]
+  out = ops.apply(steps, {k: tf.constant(v) for k, v in example.items()}, seed)
+  return {k: v.numpy() for k, v in out.items()}
+
+
+def v_moe_crop(data: bytes, seed, size: int, channels: int) -> np.ndarray:
+  """V-MoE's decode_jpeg_and_inception_crop on the window today's inception_crop draws: that op's
+  box sampler on the decoded image's shape with the crop's seed (place 1 of the pp string), only
+  the window decoded by tf.io.decode_and_crop_jpeg, then the bilinear resize rounded to uint8."""
+  shape = tf.shape(tf.io.decode_image(data, channels=channels))
+  begin, window, _ = tf.image.stateless_sample_distorted_bounding_box(
+      shape, tf.zeros([0, 0, 4]), seed=tf.random.experimental.stateless_fold_in(seed, 1),
+      area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0,
+      use_image_if_no_bounding_boxes=True, max_attempts=100)
+  crop = tf.io.decode_and_crop_jpeg(data, tf.concat([begin[:2], window[:2]], 0), channels=channels)
+  return np.clip(np.round(tf.image.resize(crop, (size, size)).numpy()), 0, 255).astype(np.uint8)
+
+
+SEEDS = [tf.constant([s, 7], tf.int64) for s in range(4)]
+
+
+@pytest.mark.parametrize('subsampling', ['4:4:4', '4:2:2', '4:2:0'])
+def test_decode_and_inception_crop_decodes_the_window_as_v_moe(subsampling):
+  # Fidelity D18: the training pp's decode|inception_crop decodes a JPEG's crop window only, as
+  # V-MoE's decode_jpeg_and_inception_crop does, on the window today's ops draw for the seed.
+  data = jpeg(photo(40, 48), subsampling)
+  fused = [run('decode|inception_crop(16)', {'image': data}, seed)['image'] for seed in SEEDS]
+  for seed, out in zip(SEEDS, fused):
+    np.testing.assert_array_equal(out, v_moe_crop(data, seed, 16, channels=3))
+  # Cropping the whole decode, as before, gives the same pixels without subsampled chroma
+  # (4:4:4): there the fused output is the unfused one, so the window is too. With it, the
+  # window's edge differs (unless it falls on chroma block edges).
+  before = [unfused('decode|inception_crop(16)', {'image': data}, seed)['image'] for seed in SEEDS]
+  same = [np.array_equal(a, b) for a, b in zip(fused, before)]
+  assert all(same) == (subsampling == '4:4:4')
+  assert len({out.tobytes() for out in fused}) == len(SEEDS)     # Each seed its own window.
+
+
+def test_decode_and_inception_crop_grayscale():
+  # decode(channels=1) of a colour JPEG is its luma, at full resolution in every subsampling, so
+  # the window's decode equals the whole decode's crop; a grey JPEG read as RGB is replicated.
+  colour, grey = jpeg(photo(40, 48), '4:2:0'), jpeg(photo(40, 48)[..., :1], '4:4:4')
+  for seed in SEEDS[:2]:
+    out = run('decode(channels=1)|inception_crop(16)', {'image': colour}, seed)['image']
+    assert out.shape == (16, 16, 1)
+    np.testing.assert_array_equal(out, v_moe_crop(colour, seed, 16, channels=1))
+    np.testing.assert_array_equal(
+        out, unfused('decode(channels=1)|inception_crop(16)', {'image': colour}, seed)['image'])
+    out = run('decode|inception_crop(16)', {'image': grey}, seed)['image']
+    assert out.shape == (16, 16, 3) and (out == out[..., :1]).all()
+    np.testing.assert_array_equal(out, v_moe_crop(grey, seed, 16, channels=3))
+
+
+def test_non_jpeg_images_and_later_seeds_are_as_before_fusion():
+  # A PNG is decoded whole, then cropped, as before; flip_lr and randaug keep their seeds (their
+  # places 2 and 3 in the pp string): every output is the unfused one, flips included.
+  pp = 'decode|inception_crop(32)|flip_lr'
+  data = png(photo(40, 48))
+  seeds = SEEDS + [tf.constant([s, 8], tf.int64) for s in range(4)]
+  outs = [run(pp, {'image': data}, seed)['image'] for seed in seeds]
+  crops = [run('decode|inception_crop(32)', {'image': data}, seed)['image'] for seed in seeds]
+  flipped = [not np.array_equal(out, crop) for out, crop in zip(outs, crops)]
+  assert any(flipped) and not all(flipped)
+  for seed, out in zip(seeds, outs):
+    np.testing.assert_array_equal(out, unfused(pp, {'image': data}, seed)['image'])
+  pp += '|randaug(2, 20)'
+  np.testing.assert_array_equal(run(pp, {'image': data})['image'],
+                                unfused(pp, {'image': data})['image'])
+
+
+def test_fusion_keeps_one_step_per_op_and_runs_in_graphs():
+  pp = 'decode|inception_crop(16)|flip_lr'
+  steps = ops.build(pp)
+  assert [s.index for s in steps] == [0, 1, 2] and steps[0].fused and not steps[1].fused
+  assert not ops.build('decode|resize(16)|inception_crop(16)')[0].fused
+  # The pipeline's cached decode runs steps[:1] then steps[1:]: the whole decode, then the crop.
+  for data in (png(photo(40, 48)), jpeg(photo(40, 48), '4:2:0')):
+    example = {'image': tf.constant(data)}
+    split = ops.apply(steps[1:], ops.apply(steps[:1], example, SEED), SEED)['image']
+    np.testing.assert_array_equal(split, unfused(pp, {'image': data})['image'])
+    # In a graph (tf.data's map) tf.cond picks the JPEG or the other branch the same way.
+    graph = tf.function(lambda example: ops.apply(steps, example, SEED)['image'])
+    np.testing.assert_array_equal(graph(example), run(pp, {'image': data})['image'])
 
 
 def test_inception_crop_flip_shapes_and_determinism():

@@ -282,7 +282,7 @@ def test_tiny_study_batches_are_unchanged(digits_dir):
   got['train 936-938'] = checksums(take(train, 3))
   got['eval 0-1'] = checksums(take(pipeline.make_eval_iterator(
       data, data.eval_split, batch_size=config.eval.batch_size), 2))
-  # The few-shot sources as vmoe/train_evals.py fewshot_source makes them for this config.
+  # The few-shot sources as vmoe/train/train_evals.py fewshot_source makes them for this config.
   for source in (data_config_lib.DataSource('digits'), data.source):
     for seed in (0, 1):
       got[f'fewshot {source.name} {seed}'] = checksums(pipeline.fewshot_batches(

@@ -20,7 +20,7 @@ CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
 # thread that an iterator's destructor joins, and that thread can sit out its optimisation period
 # before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
-# Python thread, asynchronous checkpoint saves included (vmoe/checkpointing_test.py's fifty-saves
+# Python thread, asynchronous checkpoint saves included (vmoe/run/checkpointing_test.py's fifty-saves
 # test guards it). Eval iterators are dropped mid-run too. bench/results/input_pipeline.json holds
 # the throughput with this setting. A host with more cores than its processes' calls can use
 # sets VMOE_DATA_PARALLEL_CALLS (docs/accelerators.md).

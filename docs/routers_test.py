@@ -66,13 +66,13 @@ def test_router_module_option_selects_the_shared_checks_of_the_example():
   # The page's command: `pytest --router-module=docs/example_router.py` keeps the per_router
   # checks of moe_test, router_test and configs_test, each for ema_tc alone (collected only).
   done = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q', '-p', 'no:xdist',
-                         f'--router-module={EXAMPLE}', 'vmoe/moe_test.py',
+                         f'--router-module={EXAMPLE}', 'vmoe/model/moe_test.py',
                          'vmoe/routing/router_test.py', 'configs/configs_test.py'],
                         cwd=REPO, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   nodes = sorted(line for line in done.stdout.splitlines() if '::' in line)
   assert nodes == [
       'configs/configs_test.py::test_tiny_config_validates_and_builds[ema_tc]',
-      'vmoe/moe_test.py::test_layer_output_and_gradients_equal_the_dense_formula[ema_tc-1]',
-      'vmoe/moe_test.py::test_layer_output_and_gradients_equal_the_dense_formula[ema_tc-2]',
+      'vmoe/model/moe_test.py::test_layer_output_and_gradients_equal_the_dense_formula[ema_tc-1]',
+      'vmoe/model/moe_test.py::test_layer_output_and_gradients_equal_the_dense_formula[ema_tc-2]',
       'vmoe/routing/router_test.py::test_router_parameters_and_outputs[ema_tc]']

@@ -1,6 +1,6 @@
 """Upstream evaluation: precision@1 and mean loss over a held-out split, padding excluded.
 
-The loss is the caller's (training's, vmoe/losses.py): this module defines only the metric.
+The loss is the caller's (training's, vmoe/train/losses.py): this module defines only the metric.
 
 precision@1 is the paper's upstream metric ("top-1 classification accuracy (Prec@1)" on
 JFT-300M; V-MoE's): an example counts as correct when its highest-scoring class is one of its
@@ -30,7 +30,7 @@ class EvalConfig:
   sets: more held-out sets evaluated with it, name -> (data.name of the source, split, pp
   string), each reported as 'NAME/prec@1' and 'NAME/loss' (V-MoE's ImageNet-1k 'test',
   'imagenet_v2', 'imagenet_real'); read from the data section's directories, and skipped with a
-  warning where not prepared (vmoe/train_evals.py). None by default.
+  warning where not prepared (vmoe/train/train_evals.py). None by default.
   """
   every_steps: int
   batch_size: int

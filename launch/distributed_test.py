@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 
-from vmoe import observability
+from vmoe.run import observability
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two processes of one CPU device each; mesh.expert=2 splits the 8 experts over the two processes,
@@ -67,7 +67,7 @@ def losses(workdir) -> dict:
 
 
 def final_checksums(workdir) -> dict:
-  """The state checksums the last checkpoint's record holds (vmoe/checkpointing.py)."""
+  """The state checksums the last checkpoint's record holds (vmoe/run/checkpointing.py)."""
   with open(os.path.join(workdir, 'checkpoints', str(NUM_STEPS), 'record', 'metadata'),
             encoding='utf-8') as f:
     return json.load(f)['state_checksums']
@@ -108,7 +108,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_the_rerun_ends_as_an_
     rerun = launch_two_processes(stopped, rerun_log)
   assert rerun.wait(timeout=600) == 0, logs['rerun'].read_text()[-4000:]
   output = logs['rerun'].read_text()
-  # Each process's header (vmoe/console.py) says where it resumed; INFO logs are in log[.1].txt.
+  # Each process's header (vmoe/run/console.py) says where it resumed; INFO logs are in log[.1].txt.
   assert output.count(f'resumed from step {step}') == 2
   assert '[0] done: ' in output and '[1] done: ' in output
   assert os.path.exists(stopped / 'log.txt') and os.path.exists(stopped / 'log.1.txt')

@@ -8,7 +8,7 @@
 #   launch/local.sh -m launch.sweep --arch b32 --workdir-root workdirs --config.mesh.expert=8
 #
 # Every process runs the same command with JAX_COORDINATOR_ADDRESS (localhost, a free port or
-# COORDINATOR_PORT), JAX_NUM_PROCESSES and JAX_PROCESS_ID set (read by vmoe/sharding.py);
+# COORDINATOR_PORT), JAX_NUM_PROCESSES and JAX_PROCESS_ID set (read by vmoe/model/sharding.py);
 # process i's output lines start with "[i] ". The exit status is that of the lowest-numbered
 # process that failed (0 if none did).
 set -euo pipefail

@@ -28,8 +28,8 @@ from base import atomic
 from base import stats
 from launch import sweep
 from results import summaries
-from vmoe import run_outputs
 from vmoe.routing import names as router_names
+from vmoe.run import run_outputs
 
 MOE_ROUTER = 'softmax_tc'     # V-MoE's default router; fixed before the pilot ran.
 # The full study's grid on the tiny config: dense, 6 routers x 2 capacities, 2 ablation runs.

@@ -10,7 +10,7 @@ libtpu's compiler threads) lowers what the process holds while it compiles.
 For B/32, B/16 and L/16 with E = 32 experts (softmax_ec, c = 1) at the paper's batch of 4096, on
 each slice of SLICES, this compiles the real sharded train step (the trainer's: mixup, loss,
 gradients, Adam update; state donated) on the configs' mesh data x expert (mesh.expert = -1:
-expert = gcd(devices, E), vmoe/sharding.py `resolve`; every expert on one device when there are
+expert = gcd(devices, E), vmoe/model/sharding.py `resolve`; every expert on one device when there are
 at least E devices); and the ImageNet-1k rung's published cell (configs/ilsvrc_s32_vmoe.py) on
 each slice of RUNG_SLICES, in a section of its own that --rung-only rewrites alone. It reads the
 compiler's own counters of the per-device program:
@@ -18,7 +18,7 @@ compiler's own counters of the per-device program:
              (parameters and Adam's two moments, expert weights split over 'expert') and batch;
   temporary  memory_analysis().temp_size_in_bytes: activations kept for the backward pass,
              gradients, the all-to-all buffers, every other intermediate at the peak;
-  FLOPs      cost_analysis()['flops'] (vmoe/flops.py: what XLA counts) of the per-device program.
+  FLOPs      cost_analysis()['flops'] (vmoe/train/flops.py: what XLA counts) of the per-device program.
 The outputs (the new state) alias the donated arguments, so a device needs arguments + temporary.
 Parameter and optimizer bytes come from the state's shapes and shardings. The same step is
 compiled again under each of PRECISIONS (bfloat16 compute, remat) for the peak per device
@@ -71,15 +71,15 @@ import numpy as np   # pylint: disable=wrong-import-position
 
 from base import atomic   # pylint: disable=wrong-import-position
 from base import fast_compile   # pylint: disable=wrong-import-position
+from base import published   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32_vmoe   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
-from results import paper   # pylint: disable=wrong-import-position
-from vmoe import experiment as experiment_lib   # pylint: disable=wrong-import-position
-from vmoe import flops   # pylint: disable=wrong-import-position
-from vmoe import train_program   # pylint: disable=wrong-import-position
-from vmoe import sharding   # pylint: disable=wrong-import-position
+from vmoe.model import sharding   # pylint: disable=wrong-import-position
 from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
+from vmoe.train import experiment as experiment_lib   # pylint: disable=wrong-import-position
+from vmoe.train import flops   # pylint: disable=wrong-import-position
+from vmoe.train import train_program   # pylint: disable=wrong-import-position
 
 GIB = 2 ** 30
 ROUTER = 'softmax_ec'
@@ -335,7 +335,7 @@ def main(argv=None) -> int:
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
   parser.add_argument('--no-precisions', action='store_true',
                       help='Skip the bfloat16 and remat columns (PRECISIONS).')
-  parser.add_argument('--archs', default=','.join(paper.ARCHS),
+  parser.add_argument('--archs', default=','.join(published.ARCHS),
                       help='Comma-separated subset of the paper\'s architectures (the table lists '
                       'these only).')
   parser.add_argument('--cache-dir', default='workdirs/plan',
@@ -357,8 +357,8 @@ def main(argv=None) -> int:
     parser.error(f'{len(cpu_devices)} devices; run as `python -m launch.plan`, which asks XLA '
                  'for 256 simulated CPU devices and its memory scheduler before jax starts.')
   archs = [a for a in args.archs.split(',') if a]
-  if not set(archs) <= set(paper.ARCHS):
-    parser.error(f'--archs: valid values are {", ".join(paper.ARCHS)}')
+  if not set(archs) <= set(published.ARCHS):
+    parser.error(f'--archs: valid values are {", ".join(published.ARCHS)}')
   precisions = () if args.no_precisions else tuple(PRECISIONS)
 
   def rows_on(config, slices) -> list[dict]:
@@ -386,10 +386,10 @@ def main(argv=None) -> int:
   routers = () if args.no_routers else router_lib.PAPER_ROUTERS
   for router in routers:   # B/32 on SLICES[ROUTER_SLICE]; ROUTER's row comes from the cache.
     router_rows.append(plan_row(
-        paper_config(paper.ARCHS[0], router), SLICES[ROUTER_SLICE],
+        paper_config(published.ARCHS[0], router), SLICES[ROUTER_SLICE],
         slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu), cache_dir=args.cache_dir))
   paper_text = to_markdown(rows, router_rows, command,
-                           paper_config(paper.ARCHS[0]).num_train_steps)
+                           paper_config(published.ARCHS[0]).num_train_steps)
   atomic.write_text(args.out, with_rung_section(paper_text, rung_text))
   print(f'wrote {args.out}')
   return 0

@@ -17,14 +17,14 @@ import pytest
 from configs import common
 from launch import plan
 from launch import tpu_compiler
-from vmoe import experiment as experiment_lib
+from vmoe.train import experiment as experiment_lib
 
 
 @pytest.mark.parametrize('devices,mesh', [(32, (1, 32)), (128, (4, 32)), (8, (1, 8)),
                                           (64, (2, 32)), (12, (3, 4))])
 def test_the_expert_axis_takes_as_many_devices_as_experts_allow(devices, mesh):
   # `measure` compiles on the parsed config's mesh: the paper configs' mesh.expert = -1, resolved
-  # to gcd(devices, 32) (vmoe/sharding.py resolve). fixed=(): 12 devices fit the batch sizes.
+  # to gcd(devices, 32) (vmoe/model/sharding.py resolve). fixed=(): 12 devices fit the batch sizes.
   parsed = experiment_lib.parse(plan.paper_config('B/32'), num_devices=devices, fixed=())
   assert (parsed.mesh.data, parsed.mesh.expert) == mesh
 

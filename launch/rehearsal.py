@@ -8,7 +8,7 @@ every other block, a head of 21,843 classes) on NUM_DEVICES simulated CPU device
 own mesh (mesh.expert = gcd(8, E) = 8: data 1 x expert 8), in stages, each its own process:
   estimate  the memory of E experts (below); E is refused if it exceeds this machine's memory.
   generate  an ImageNet-21k fall11 archive and the two ImageNet-1k archives, in the releases'
-            layouts, of photograph-sized JPEGs (testing/data.py photo; `Scale`).
+            layouts, of photograph-sized JPEGs (data/synthetic.py photo; `Scale`).
   build     both with `python -m data.prepare build`, the builders a user runs on the real ones.
   train     main.py: RandAugment and mixup (the config's), 64 images a step. A SIGTERM after
             step STOP_AFTER, as a preemption sends, makes it save a checkpoint of the whole state
@@ -65,7 +65,7 @@ import time
 
 from base import atomic
 from base import errors
-from vmoe import run_outputs
+from vmoe.run import run_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_MODULE = 'configs.b32_sinkhorn_ec'
@@ -175,9 +175,9 @@ def estimate(scale: Scale, experts: int) -> dict:
   import jax
   import numpy as np
   from configs import common
-  from vmoe import experiment as experiment_lib
-  from vmoe import sharding
-  from vmoe import train_program
+  from vmoe.train import experiment as experiment_lib
+  from vmoe.model import sharding
+  from vmoe.train import train_program
   config = importlib.import_module(CONFIG_MODULE).get_config()
   common.override(config, {o.key: o.value for o in overrides(scale, experts, '.')})
   experiment = experiment_lib.parse(config, num_devices=NUM_DEVICES)
@@ -213,10 +213,10 @@ def generate(directory: str, scale: Scale) -> None:
   import tensorflow_datasets as tfds
   from data import imagenet21k
   from data import sources
-  from testing import data as testing_data
+  from data import synthetic
   paths = _paths(directory)
   os.makedirs(paths['archives'], exist_ok=True)
-  photo = lambda seed: testing_data.photo(seed, scale.image_size)
+  photo = lambda seed: synthetic.photo(seed, scale.image_size)
 
   def synset_images(synset: str, count: int, first_seed: int):
     return ((f'{synset}_{j}.JPEG', photo(first_seed + j)) for j in range(count))   # Lazy.

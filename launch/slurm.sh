@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SLURM, multi-node GPUs: srun starts one task per GPU on every node, all running the same
 # command; jax.distributed takes the coordinator (the step's first node), the process count and
-# each process's id and GPU (SLURM_LOCALID) from SLURM (vmoe/sharding.py: cluster).
+# each process's id and GPU (SLURM_LOCALID) from SLURM (vmoe/model/sharding.py: cluster).
 #
 #   sbatch launch/slurm.sh main.py --config=configs/b32_sinkhorn_ec.py:c=1 \
 #       --workdir=/shared/workdirs/b32/sinkhorn_ec_c1 --config.mesh.expert=8

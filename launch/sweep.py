@@ -44,15 +44,15 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from base import atomic
-from results import paper
-from vmoe import run_outputs
+from base import published
 from vmoe.routing import names as router_names
+from vmoe.run import run_outputs
 
-# The config files' prefixes: configs/b32_*.py ... for the paper's architectures (paper.ARCHS,
+# The config files' prefixes: configs/b32_*.py ... for the paper's architectures (published.ARCHS,
 # 'B/32' -> 'b32'), and the configs with a router argument: configs/tiny.py and the ImageNet-1k
 # rung's configs/ilsvrc_s32.py.
 ARGUMENT_CONFIGS = ('tiny', 'ilsvrc_s32')
-ARCHS = tuple(arch.replace('/', '').lower() for arch in paper.ARCHS) + ARGUMENT_CONFIGS
+ARCHS = tuple(arch.replace('/', '').lower() for arch in published.ARCHS) + ARGUMENT_CONFIGS
 ABLATION_ROUTER = 'sinkhorn_tc'     # Paper Figure 3: Sinkhorn Token Choice, k = 1 and 2.
 LOG_FILE = 'sweep.log'
 DEFAULT_PYTHON = '.venv/bin/python'
@@ -101,21 +101,21 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  others = [r for r in routers or () if r not in (router_names.DENSE,) + paper.ROUTERS]
+  others = [r for r in routers or () if r not in (router_names.DENSE,) + published.ROUTERS]
   if others or router_module:
     _check_registered(others, router_module)
-  unknown = sorted(set(capacities or ()) - set(paper.CAPACITIES))
+  unknown = sorted(set(capacities or ()) - set(published.CAPACITIES))
   if unknown:
     raise ValueError(f'unknown capacities {unknown}; the paper\'s grid has '
-                     f'{", ".join(map(str, paper.CAPACITIES))}.')
+                     f'{", ".join(map(str, published.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
     runs.append(GridRun(arch, router_names.DENSE, None, seed))
     runs += [GridRun(arch, router, c, seed, router_module=router_module)
-             for c in paper.CAPACITIES for router in paper.ROUTERS + tuple(others)]
+             for c in published.CAPACITIES for router in published.ROUTERS + tuple(others)]
     if include_ablation:
       runs += [GridRun(arch, ABLATION_ROUTER, c, seed, softmax_combine=False)
-               for c in paper.CAPACITIES]
+               for c in published.CAPACITIES]
   return [r for r in runs
           if (routers is None or r.router in routers) and
           (capacities is None or r.capacity is None or r.capacity in capacities)]
@@ -144,7 +144,7 @@ def config_arg(run: GridRun) -> str:
             f'configs/{run.arch}.py:router={run.router},c={run.capacity}{module}')
   if run.router == router_names.DENSE:
     return f'configs/{run.arch}_dense.py'
-  if run.router in paper.ROUTERS:
+  if run.router in published.ROUTERS:
     return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
   return (f'configs/router_lab.py:arch={run.arch},router={run.router},c={run.capacity}'
           f'{module}')
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
                       help=f'Comma-separated: any of {router_names.DENSE}, the paper\'s '
-                      f'{",".join(paper.ROUTERS)} (the default) and every other registered '
+                      f'{",".join(published.ROUTERS)} (the default) and every other registered '
                       'router (vmoe/routing/lab_routers.py, or one of --router-module).')
   parser.add_argument('--router-module', default='', help='A .py file or dotted module that '
                       'registers routers of your own (docs/routers.md); passed to every run.')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cloud TPU VM pod slice: the same command on every worker over `gcloud ... ssh --worker=all`;
-# jax.distributed finds the workers from the VM metadata (vmoe/sharding.py: cluster).
+# jax.distributed finds the workers from the VM metadata (vmoe/model/sharding.py: cluster).
 #
 #   TPU=my-v3-32 ZONE=europe-west4-a launch/tpu_pod.sh main.py \
 #       --config=configs/b32_sinkhorn_ec.py:c=1 --workdir=/mnt/shared/b32/sinkhorn_ec_c1 \

@@ -1,14 +1,15 @@
-"""Runs' summary.json files (written by vmoe/trainer.py at the end of a run), read and grouped.
+"""Runs' summary.json files (written by vmoe/train/trainer.py at the end of a run), read and grouped.
 
 A run is identified by (arch, dataset, router, capacity, softmax_combine); its seeds are the
 repetitions that tables and figures average. Summaries are read through the trainer's own record,
-vmoe.run_outputs.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
+vmoe.run.run_outputs.RunSummary: keys a summary may lack (fewshot, fewshot_cv, eval_history, cost
 fields, resolved_config) read as None; a file that is not JSON or lacks an identifying key is
 reported as a problem rather than stopping the whole report, and so are runs of one row whose
 resolved configs differ in more than the seed (they are kept out of that row). Configs are
 compared as this code resolves them, so a key added between two seeds splits no row.
 """
 import dataclasses
+import functools
 import json
 import os
 from typing import Callable, Iterable, Sequence
@@ -16,7 +17,9 @@ from typing import Callable, Iterable, Sequence
 from base import errors
 from base import stats
 from results import paper
-from vmoe import run_outputs
+from vmoe.run import run_outputs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
@@ -98,19 +101,20 @@ def load_runs(root: str) -> tuple[list[Run], list[str]]:
 
 def config_differences(a: Run, b: Run) -> list[str]:
   """The resolved-config keys, other than the seed, in which two runs differ ([] when either
-  summary predates resolved_config). Each config is compared as this code resolves it
-  (vmoe/experiment.py resolve_recorded), so a key added between two runs is no difference when
-  its default is the other's value."""
+  summary predates resolved_config). A key one record lacks counts as its recorded default
+  (run_outputs.RECORDED_DEFAULTS, vmoe/train/experiment.py recorded_defaults), so a key added
+  between two runs is no difference when its default is the other's value."""
   config_a, config_b = a.record.resolved_config, b.record.resolved_config
   if config_a is None or config_b is None:
     return []
-  differ = run_outputs.config_differences(config_a, config_b)
-  if differ and differ != ['seed']:
-    # Only here, where the records differ: parsing them needs jax, which the tables do not.
-    from vmoe import experiment  # pylint: disable=import-outside-toplevel
-    differ = run_outputs.config_differences(experiment.resolve_recorded(config_a),
-                                             experiment.resolve_recorded(config_b))
+  differ = run_outputs.config_differences(config_a, config_b, recorded_defaults())
   return [k for k in differ if k != 'seed']
+
+
+@functools.cache
+def recorded_defaults() -> dict:
+  with open(os.path.join(REPO, run_outputs.RECORDED_DEFAULTS), encoding='utf-8') as f:
+    return json.load(f)
 
 
 def _same_config(runs: list[Run]) -> tuple[list[Run], list[str]]:

@@ -23,14 +23,14 @@ from typing import Callable, Sequence
 from base import atomic
 from base import errors
 from base.stats import Stat
-from results import study_comparison
 from results import claims
 from results import cost
 from results import paper
+from results import study_comparison
 from results import summaries
 from results import superseded
 from results.summaries import Run
-from vmoe import run_outputs
+from vmoe.run import run_outputs
 
 PAPER_10SHOT_DATASET = 'imagenet2012'    # The paper's downstream task: ImageNet-1k 10-shot.
 PM = paper.PM

@@ -11,8 +11,8 @@ from results import plots
 from results import summaries
 from results import tables
 
-from vmoe import workdir_test
-from vmoe import run_outputs
+from vmoe.run import run_outputs
+from vmoe.train import workdir_test
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 

@@ -1,5 +1,5 @@
 """Damage done to a saved checkpoint, as disks, copies and kill -9 do it, for the recovery tests
-(vmoe/checkpointing_test.py, vmoe/trainer_test.py)."""
+(vmoe/run/checkpointing_test.py, vmoe/train/trainer_test.py)."""
 import glob
 import os
 import shutil

@@ -18,7 +18,7 @@ import time
 
 CI_WORKERS = 2
 # One worker's peak RSS, its subprocesses included: `measure` on
-# `pytest -p no:xdist main_test.py vmoe/multidevice_test.py vmoe/trainer_test.py`, the files whose
+# `pytest -p no:xdist main_test.py vmoe/train/multidevice_test.py vmoe/train/trainer_test.py`, the files whose
 # tests start subprocesses beside the test process (main_test.py starts every case's main.py at
 # once), peaked at PEAK_MEASURED bytes (3.78 GiB). A worker that ran other tests first holds more
 # of its own (compiled programs, caches): WORKER_PEAK_BYTES, 5 GiB, leaves about a third for that.

@@ -90,7 +90,7 @@ def token_choice_slots(scores: jax.Array, capacity: int, k: int,
 
 def check_expert_choice_capacity(capacity: int, num_tokens: int) -> None:
   """Each expert chooses its top C of a group's T tokens: C <= T, or fails saying what to change
-  (vmoe/experiment.py `parse` checks a config's before anything compiles)."""
+  (vmoe/train/experiment.py `parse` checks a config's before anything compiles)."""
   if capacity > num_tokens:
     raise ValueError(
         f'expert choice needs capacity <= T={num_tokens} tokens per group, got C={capacity}; '

@@ -4,6 +4,8 @@ Tools that only need names (results/, launch/sweep.py) read them here and start 
 JAX; router.py builds its registry of RouterSpecs from this table, and checks every affinity and
 allocation named here against its AFFINITIES and ALLOCATIONS.
 """
+from base import published
+
 # Soft MoE's allocation: dense, from its own slot parameters, with no affinity.
 SOFT_ALLOCATION = 'soft'
 TOKEN_CHOICE, EXPERT_CHOICE = 'token_choice', 'expert_choice'
@@ -20,7 +22,7 @@ ROUTERS = {
     'sparsity_ec': ('sparsity_constrained', EXPERT_CHOICE),
     'soft_moe': (None, SOFT_ALLOCATION),
 }
-PAPER_ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')
+PAPER_ROUTERS = published.ROUTERS   # The paper's six, in its row order.
 # The routers published after the paper (lab_routers.py builds them): name -> allocation kind.
 LAB_ROUTERS = {
     'sigmoid_tc': TOKEN_CHOICE,

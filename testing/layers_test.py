@@ -1,0 +1,97 @@
+"""Every module's imports point down the layers of testing/layers.py (nested imports included),
+and only main.py and the router-module loader edit sys.path."""
+import ast
+import pathlib
+import subprocess
+
+import pytest
+
+from testing import layers
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The one function that resolves a user's router module (a .py path, or a dotted module from the
+# working directory), and main.py's own directory first on the path (what `python main.py`
+# from the repository root gives, kept under PYTHONSAFEPATH).
+SYS_PATH_EDITORS = {'main.py', 'vmoe/routing/registry.py'}
+
+
+def _modules():
+  files = subprocess.run(['git', '-C', str(ROOT), 'ls-files', '--cached', '--others',
+                          '--exclude-standard', '*.py'], capture_output=True, text=True,
+                         check=True).stdout.split()
+  return [f for f in files if (ROOT / f).exists()]
+
+
+def _name(path: str) -> str:
+  return path[:-3].replace('/', '.').removesuffix('.__init__')
+
+
+def _is_test(path: str) -> bool:
+  return path.endswith('_test.py') or path.endswith('conftest.py')
+
+
+def imports(source: str, module: str) -> list[tuple[int, str]]:
+  """(line, imported module) of every import in `source`, nested ones included; `from X import
+  y` counts as X.y (y may be a module) and relative imports resolve against `module`."""
+  found = []
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      found += [(node.lineno, alias.name) for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ''
+      if node.level:
+        base = '.'.join(module.split('.')[:-node.level] + ([base] if base else []))
+      found += [(node.lineno, f'{base}.{alias.name}') for alias in node.names]
+  return found
+
+
+def climbs(path: str, source: str) -> list[str]:
+  """What in `source` (the file at `path`) breaks the layers, one line each."""
+  module = _name(path)
+  own = layers.unit_of(module)
+  if own is None or _is_test(path):
+    return []
+  problems = []
+  for line, imported in imports(source, module):
+    target = layers.unit_of(imported)
+    top = imported.split('.')[0]
+    where = f'{path}:{line} imports {imported}'
+    if own == layers.REPORTING and top in layers.JAX_LIBRARIES:
+      problems.append(f'{where}: reporting code imports no JAX-era library')
+    if target is None or target == own:
+      continue
+    if target == layers.TESTS_ONLY:
+      problems.append(f'{where}: only tests import {layers.TESTS_ONLY}/')
+    elif own == layers.REPORTING and not imported.startswith(layers.REPORTING_MAY_IMPORT):
+      problems.append(f'{where}: reporting code may import only '
+                      f'{", ".join(layers.REPORTING_MAY_IMPORT)}')
+    elif layers.RANKS[target] >= layers.RANKS[own] and own != layers.REPORTING:
+      problems.append(f'{where}: {target} is not below {own}')
+  return problems
+
+
+def test_imports_point_down_the_layers():
+  problems = []
+  for path in _modules():
+    problems += climbs(path, (ROOT / path).read_text(encoding='utf-8'))
+  assert not problems, '\n'.join(problems)
+
+
+@pytest.mark.parametrize('path,source,expected', [
+    ('vmoe/model/moe.py', 'from vmoe.train import trainer\n', 'vmoe.train is not below vmoe.model'),
+    ('base/stats.py', 'def f():\n  import data.ops\n', 'data is not below base'),
+    ('results/tables.py', 'import jax.numpy as jnp\n', 'imports no JAX-era library'),
+    ('results/tables.py', 'from vmoe.train import experiment\n', 'may import only'),
+    ('launch/rehearsal.py', 'from testing import data\n', 'only tests import testing/'),
+    ('vmoe/routing/router.py', 'from . import names\nfrom .. import model\n',
+     'is not below vmoe.routing'),
+])
+def test_a_climbing_import_is_found(path, source, expected):
+  assert any(expected in p for p in climbs(path, source)), climbs(path, source)
+  assert climbs(path.replace('.py', '_test.py'), source) == []     # Tests are exempt.
+
+
+def test_only_main_and_the_router_module_loader_edit_sys_path():
+  editors = {path for path in _modules() if not _is_test(path)
+             and 'sys.path.insert' in (ROOT / path).read_text(encoding='utf-8')}
+  assert editors <= SYS_PATH_EDITORS
