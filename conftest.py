@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -96,6 +97,24 @@ def pytest_configure(config):
     config.user_routers = sorted(set(registry.ROUTERS) - registry.BUILT_IN)
     if not config.user_routers:
       raise pytest.UsageError(f'--router-module={module} registers no router of its own.')
+
+
+@pytest.fixture(autouse=True)
+def _registry_keeps_its_built_in_routers(request):
+  """After each test, the router registry holds the built-in routers (and --router-module's)
+  alone: a test that registers a router of its own (docs/example_router.py's ema_tc) leaves no
+  trace for the tests that list the registered routers later in the same worker. The registry
+  is not imported here: a test that never loaded it has nothing to clean."""
+  yield
+  registry = sys.modules.get('vmoe.routing.registry')
+  if registry is None:
+    return
+  keep = registry.BUILT_IN | set(getattr(request.config, 'user_routers', ()))
+  for name in set(registry.ROUTERS) - keep:
+    del registry.ROUTERS[name]
+  if not getattr(request.config, 'user_routers', None):
+    for module in [m for m in sys.modules if m.startswith(registry.USER_MODULE_PREFIX)]:
+      del sys.modules[module]
 
 
 def _router_of(item) -> str | None:

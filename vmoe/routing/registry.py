@@ -142,6 +142,9 @@ def get(name: str) -> RouterSpec:
   return ROUTERS[name]
 
 
+USER_MODULE_PREFIX = 'vmoe_router_module_'   # sys.modules' name of a router module given as a path.
+
+
 def import_router_module(module: str) -> None:
   """Imports the module that registers a user's routers: a dotted module name importable from
   the working directory, or the path of a .py file. '' imports nothing."""
@@ -150,7 +153,7 @@ def import_router_module(module: str) -> None:
   try:
     if module.endswith('.py'):
       path = os.path.abspath(module)
-      name = 'vmoe_router_module_' + os.path.splitext(os.path.basename(path))[0]
+      name = USER_MODULE_PREFIX + os.path.splitext(os.path.basename(path))[0]
       if name in sys.modules:
         return
       spec = importlib.util.spec_from_file_location(name, path)
