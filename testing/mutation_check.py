@@ -34,7 +34,7 @@ MUTATIONS = (
              'return sigmoid_gate.combine_weights(inputs.logits, inputs.logits,',
              ('vmoe/routing/lab_routers_test.py::test_lossfree_combine_weighs_the_experts_its_bias_chose',)),
     Mutation('top-p loss dropped', 'vmoe/routing/lab_routers.py',
-             'loss=_topp_loss, metrics=_topp_metrics', 'loss=None, metrics=_topp_metrics',
+             'return loss, top_p.routing_metrics(', 'return 0.0, top_p.routing_metrics(',
              ('vmoe/routing/lab_routers_test.py::test_top_p_losses_and_metrics_by_value',)),
     Mutation('assignment_unfilled inverted', 'vmoe/routing/lab_routers.py',
              "{'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}",

@@ -23,6 +23,7 @@ Axis letters: g = routing group, s = token of a group (T), e = expert, c = buffe
 Each router uses the paper's capacity C = round(c T / E) (c = k for the token-choice ones) and
 no router noise.
 """
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -86,15 +87,15 @@ def _assignment_slots(scores, capacity, config):
   return slot_token
 
 
-def _assignment_metrics(logits, slot_token, config):
-  """The share of the min(T, E C) placements a full assignment makes that are missing: an auction
-  stopped by its bound (auction_max_iters) leaves some. (In evaluation, BASE's greedy top-1
-  misses those its full buffers drop.)"""
-  del config
-  num_tokens = logits.shape[1]
+def _assignment_extras(batch: registry.BatchRouting):
+  """No loss; `assignment_unfilled`, the share of the min(T, E C) placements a full assignment
+  makes that are missing: an auction stopped by its bound (auction_max_iters) leaves some. (In
+  evaluation, BASE's greedy top-1 misses those its full buffers drop.)"""
+  num_tokens = batch.logits.shape[1]
+  slot_token = batch.slot_token
   expected = min(num_tokens, slot_token.shape[1] * slot_token.shape[2])    # A group's placements.
   filled = jnp.sum(slot_token < num_tokens, axis=(1, 2))                   # (G,)
-  return {'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}
+  return 0.0, {'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}
 
 
 def _top1_slots(scores, capacity, config):
@@ -111,26 +112,31 @@ def _topp_slots(scores, capacity, config):
                                        _topp_choices(scores, config))
 
 
-def _topp_loss(logits, config):
+def _topp_extras(batch: registry.BatchRouting):
   """Huang et al.'s auxiliary losses, averaged over groups: their dynamic (entropy) loss and
-  their balance loss E sum_e f_e Q_e, with f from the top-p choices."""
+  their balance loss E sum_e f_e Q_e, with f from the top-p choices, of the clean logits; and
+  the router's metrics (experts a token asks for, the share of requests dropped)."""
+  config, logits = batch.config, batch.clean_logits
   options = config.options
   probs = jax.nn.softmax(logits, axis=-1)
 
   def balance(p):
     return top_p.balance_loss(p, top_p.chosen_experts(p, _topp_choices(p, config), _k(config)))
 
-  return (options['dynamic_loss_weight'] * jnp.mean(jax.vmap(top_p.dynamic_loss)(logits))
+  loss = (options['dynamic_loss_weight'] * jnp.mean(jax.vmap(top_p.dynamic_loss)(logits))
           + options['balance_loss_weight'] * jnp.mean(jax.vmap(balance)(probs)))
-
-
-def _topp_metrics(logits, slot_token, config):
-  choices = jax.vmap(lambda p: _topp_choices(p, config))(jax.nn.softmax(logits, axis=-1))
-  return top_p.routing_metrics(choices, slot_token, logits.shape[1])
+  choices = jax.vmap(lambda p: _topp_choices(p, config))(jax.nn.softmax(batch.logits, axis=-1))
+  return loss, top_p.routing_metrics(choices, batch.slot_token, batch.logits.shape[1])
 
 
 def _probs(inputs: registry.GroupInputs):
   return inputs.probs, None
+
+
+def _frozen_kernel(rng, dim, num_experts, config):
+  """W0 (D, E), drawn once as a trained gating kernel would be and never trained."""
+  del config
+  return {'kernel': nn.initializers.lecun_normal()(rng, (dim, num_experts))}
 
 
 def _uniform_combine(inputs: registry.GroupInputs, scores):
@@ -153,25 +159,20 @@ ROUTERS = {
         state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
         title=names.TITLES['lossfree_tc']),
     'base': registry.RouterSpec(
-        _logits, registry.Allocation(names.BALANCED_ASSIGNMENT, _assignment_slots),
+        _logits, registry.Allocation(
+            names.BALANCED_ASSIGNMENT, _assignment_slots,
+            in_evaluation=registry.Allocation(names.TOKEN_CHOICE, _top1_slots)),
         combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
         options={'auction_epsilon': balanced_assignment.EPSILON,
                  'auction_max_iters': balanced_assignment.MAX_ITERS},
-        eval_allocation=registry.Allocation(names.TOKEN_CHOICE, _top1_slots),
-        metrics=_assignment_metrics, title=names.TITLES['base']),
+        extras=_assignment_extras, title=names.TITLES['base']),
     'topp_tc': registry.RouterSpec(
         _probs, registry.Allocation(names.TOKEN_CHOICE, _topp_slots,
                                     registry.check_token_choice),
         combine=lambda inputs, scores: inputs.probs,
         options={'top_p': top_p.TOP_P, 'dynamic_loss_weight': 1e-4, 'balance_loss_weight': 1e-2},
-        loss=_topp_loss, metrics=_topp_metrics, title=names.TITLES['topp_tc']),
+        extras=_topp_extras, title=names.TITLES['topp_tc']),
     'random_tc': registry.RouterSpec(
-        _logits, registry.TOKEN_CHOICE, combine=_uniform_combine, frozen_kernel=True,
-        title=names.TITLES['random_tc']),
+        _logits, registry.TOKEN_CHOICE, combine=_uniform_combine,
+        state=registry.RouterState(_frozen_kernel), title=names.TITLES['random_tc']),
 }
-
-
-def register() -> None:
-  """Registers the five (router.py calls it, after the paper's routers)."""
-  for name, spec in ROUTERS.items():
-    registry.register(name, spec)

@@ -1,8 +1,8 @@
 """The routers' names and what each composes, free of JAX.
 
 Tools that only need names (results/, launch/sweep.py) read them here and start without loading
-JAX; router.py builds its registry of RouterSpecs from this table, and checks every affinity and
-allocation named here against its AFFINITIES and ALLOCATIONS.
+JAX. The specs themselves are paper_routers.py's and lab_routers.py's; router_test checks that
+this table names their affinities, allocations and titles.
 """
 from base import published
 

@@ -1,38 +1,47 @@
 """The router registry: every router is one `RouterSpec`, registered under its name.
 
-Axis letters: s = token of a routing group (T = S in the paper's notation), e = expert,
-c = buffer slot.
+Axis letters: g = routing group, s = token of a routing group (T = S in the paper's notation),
+e = expert, c = buffer slot.
 
-A spec composes, as the paper decouples them (Sec. 2-3):
-- an affinity, a pure function of one group's `GroupInputs` -> (dispatch scores (S, E), solver
+A spec composes, as the paper decouples them (Sec. 2-3), in at most eight fields:
+- affinity: a pure function of one group's `GroupInputs` -> (dispatch scores (S, E), solver
   report or None); the allocation picks slots from these scores, and no gradient flows through
   the pick;
-- an `Allocation`, the record of a sparse allocation: its slot function and the checks it owns
-  (token choice's integer k <= E, expert choice's C <= T, ...);
-- a combine, (GroupInputs, dispatch scores) -> combine scores (S, E), gathered at the dispatched
+- allocation: an `Allocation`, the record of a sparse allocation: its slot function, the checks
+  it owns (token choice's integer k <= E, expert choice's C <= T, ...) and, where evaluation
+  allocates otherwise, the allocation it uses there (`in_evaluation`: BASE's greedy top-1);
+- combine: (GroupInputs, dispatch scores) -> combine scores (S, E), gathered at the dispatched
   slots; it carries the router's gradient and may differ from the scores that dispatch;
-- its presets, the RouterConfig values the configs give this router (noise, clean or noisy
-  combine, loss weights), and its options, knobs of its own with their defaults
-  (`config.moe.router.options`);
-- optionally a `RouterState`: a non-gradient collection the router keeps across steps, updated
-  once per training step from statistics summed over every group (on a mesh, a global sum).
+- state: a `RouterState`, a non-gradient collection the router keeps: updated once per training
+  step from statistics summed over every group (on a mesh, a global sum), or never (a frozen
+  state: random_tc's gating kernel, drawn once);
+- presets: the RouterConfig values the configs give this router (noise, clean or noisy combine,
+  loss weights); options: knobs of its own with their defaults (`config.moe.router.options`);
+- extras: (BatchRouting of all the layer's groups) -> (auxiliary loss, {name: scalar metric}),
+  once per call: a router's own losses and health metrics;
+- title: its name in tables and figures.
 
-A user's router is one `register(name, RouterSpec(...))` call in a module of their own, named
-by the config argument `router_module=` (docs/routers.md); nothing under vmoe/, launch/ or
-results/ changes. This module holds no JAX-traced code of its own beyond the paper's combine.
+The paper's routers are literal specs in paper_routers.py, the routers after it in
+lab_routers.py; router.py registers both. A user's router is one `register(name,
+RouterSpec(...))` call in a module of their own, named by the config argument `router_module=`
+(docs/routers.md); nothing under vmoe/, launch/ or results/ changes. This module holds no
+JAX-traced code of its own beyond the paper's combine.
 """
 import dataclasses
 import importlib
 import importlib.util
 import os
 import sys
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import jax
 
 from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import names
+
+if TYPE_CHECKING:   # The config's class; router.py imports this module.
+  from vmoe.routing.router import RouterConfig
 
 
 class GroupInputs(NamedTuple):
@@ -41,7 +50,7 @@ class GroupInputs(NamedTuple):
   clean_logits: jax.Array    # (S, E) the same logits before any noise.
   probs: jax.Array           # (S, E) softmax(logits), the paper's softmax affinity.
   capacity: int              # C, slots per expert.
-  config: Any                # The router.RouterConfig.
+  config: 'RouterConfig'
   state: Mapping[str, jax.Array]   # The router's state ({} for a router without one).
   train: bool
 
@@ -58,10 +67,12 @@ class Allocation:
   capacity C, config) -> slot_token (E, C) int32, S for an empty slot. check(config, num_tokens,
   num_experts) raises ValueError, saying what to change, for a config this allocation cannot run;
   num_tokens and num_experts are None where not yet known (the config alone is checked then).
+  in_evaluation: the allocation evaluation uses instead, if another (BASE: greedy top-1).
   """
   kind: str
   slots: Callable | None
   check: Callable = _no_check
+  in_evaluation: 'Allocation | None' = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,27 +83,48 @@ class RouterState:
   drawn at random, such as a frozen gating kernel).
   statistics(GroupInputs, dispatch scores, slot_token) -> {name: array}: one group's
   contribution; the layer sums them over its groups, so under a mesh the sum is global.
-  update(state, summed statistics, config) -> new state, once per training step; None for a
-  state that never changes (a frozen kernel). Evaluation never updates.
+  update(state, summed statistics, config) -> new state, once per training step. Evaluation
+  never updates.
+  A frozen state (no statistics, no update) is drawn once and never changes; each of its arrays
+  is a variable of its own, and one named 'kernel' (D, E) is the gating kernel, in place of the
+  trained parameter (random_tc).
   """
   init: Callable
   statistics: Callable | None = None
   update: Callable | None = None
 
+  @property
+  def frozen(self) -> bool:
+    return self.update is None
+
+
+class BatchRouting(NamedTuple):
+  """What a spec's `extras` sees of one call: all G groups of the layer."""
+  logits: jax.Array          # (G, S, E) the routed logits, with the training noise where drawn.
+  clean_logits: jax.Array    # (G, S, E) the same logits before any noise.
+  slot_token: jax.Array      # (G, E, C) the allocation's slots (S marks an empty one).
+  config: 'RouterConfig'
+
+
+# RouterSpec fields of before (one hook per router), and what replaces each.
+_REPLACED_FIELDS = {
+    'eval_allocation': "allocation=Allocation(..., in_evaluation=<the evaluation's Allocation>)",
+    'loss': 'extras=(BatchRouting) -> (aux_loss, metrics), which returns the loss',
+    'metrics': 'extras=(BatchRouting) -> (aux_loss, metrics), which returns the metrics',
+    'frozen_kernel': "state=RouterState(init returning {'kernel': W0}) with no update",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class RouterSpec:
-  """One router: see the module docstring. `title` names it in tables and figures."""
+  """One router: see the module docstring."""
   affinity: Callable | None
   allocation: Allocation
   combine: Callable | None = None          # None: paper_combine.
   presets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   state: RouterState | None = None
-  eval_allocation: Allocation | None = None    # The allocation in evaluation, if another.
-  loss: Callable | None = None             # (logits (G, S, E), config) -> extra auxiliary loss.
-  metrics: Callable | None = None          # (logits (G, S, E), slot_token, config) -> scalars.
-  frozen_kernel: bool = False              # The gating kernel W is drawn once, never trained.
+  extras: Callable | None = None           # (BatchRouting) -> (aux_loss, {name: scalar}).
   title: str = ''
 
   def __post_init__(self):
@@ -105,7 +137,21 @@ class RouterSpec:
     return self.combine or paper_combine
 
   def allocation_at(self, train: bool) -> Allocation:
-    return self.allocation if train or self.eval_allocation is None else self.eval_allocation
+    evaluation = self.allocation.in_evaluation
+    return self.allocation if train or evaluation is None else evaluation
+
+
+def _spec_init(self, *args, **kwargs):
+  """RouterSpec's constructor, naming the field to change for a spec written to its old form."""
+  old = sorted(set(kwargs) & set(_REPLACED_FIELDS))
+  if old:
+    raise ValueError(f'RouterSpec has no field {old[0]!r} any more: give '
+                     f'{_REPLACED_FIELDS[old[0]]} (docs/routers.md, "What a spec holds").')
+  _dataclass_init(self, *args, **kwargs)
+
+
+_dataclass_init = RouterSpec.__init__
+RouterSpec.__init__ = _spec_init
 
 
 def paper_combine(inputs: GroupInputs, scores: jax.Array) -> jax.Array:

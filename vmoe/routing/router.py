@@ -18,66 +18,19 @@ import jax
 import jax.numpy as jnp
 
 from vmoe.routing import affinity
-from vmoe.routing import lab_routers
 from vmoe.routing import allocation
+from vmoe.routing import lab_routers
 from vmoe.routing import losses
 from vmoe.routing import names
+from vmoe.routing import paper_routers
 from vmoe.routing import registry
 from vmoe.routing import soft
 
 
-# The paper's affinities: GroupInputs -> (dispatch scores (S, E), the sparsity-constrained
-# solver's SolverReport or None).
-
-
-def _softmax_scores(inputs: registry.GroupInputs):
-  return inputs.probs, None     # Pi_softmax is softmax(X W) itself.
-
-
-def _sinkhorn_scores(inputs: registry.GroupInputs):
-  return affinity.sinkhorn(inputs.logits, inputs.config.sinkhorn_iters), None
-
-
-def _sparsity_constrained_scores(inputs: registry.GroupInputs):
-  config = inputs.config   # The paper's utility is softmax(X W).
-  return affinity.sparsity_constrained_with_info(inputs.probs, inputs.capacity,
-                                                 config.sparsity_steps,
-                                                 memory_size=config.sparsity_memory,
-                                                 warm_start_iters=config.sparsity_warm_start)
-
-
-AFFINITIES = {
-    'softmax': _softmax_scores,
-    'sinkhorn': _sinkhorn_scores,
-    'sparsity_constrained': _sparsity_constrained_scores,
-}
-ALLOCATIONS = {a.kind: a for a in (registry.TOKEN_CHOICE, registry.EXPERT_CHOICE, registry.SOFT)}
-
-# The paper's presets (docs/fidelity.md traces each). V-MoE's router noise, std noise_std / E with
-# noise_std = 1.0 ("Actually, it's 1.0 / num_experts"), for the softmax and Sinkhorn routers: the
-# paper's softmax affinity is softmax(X W + sigma eps) for Softmax Token and Expert Choice (eq.
-# softmax-affinity), and the reference's expert-choice and Sinkhorn routers default to the same
-# noise (vmoe/nn/routing.py). Only Softmax Token Choice needs balancing losses (Sec. 3.1, Appendix
-# A): importance and load losses of weight 0.005 each (V-MoE common.get_vmoe_config); Sinkhorn
-# (Sec. 3.2: "eliminate the need for auxiliary losses"), expert choice (balanced by
-# construction) and Soft MoE use neither. The reference's token-choice Sinkhorn (KL-projection)
-# router combines with the softmax of the clean logits
-# (vmoe/projects/sparsity_constrained_ot/kl_projection_routing.py, `gates_softmax_noisy =
-# jax.nn.softmax(gates_logits)`); its other routers with the noisy softmax (docs/fidelity.md, D5).
-_NOISE = {'noise_std': 1.0}
-_BALANCED = {'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
-_PAPER_PRESETS = {
-    'softmax_tc': {**_NOISE, **_BALANCED},
-    'sinkhorn_tc': {**_NOISE, 'noisy_combine': False},
-    'softmax_ec': _NOISE,
-    'sinkhorn_ec': _NOISE,
-}
-# names.py's JAX-free table (the paper's six routers and sparsity_tc), registered here.
-for _name, (_affinity, _allocation) in names.ROUTERS.items():
-  registry.register(_name, registry.RouterSpec(
-      AFFINITIES[_affinity] if _affinity else None, ALLOCATIONS[_allocation],
-      presets=_PAPER_PRESETS.get(_name, {}), title=names.TITLES[_name]))
-lab_routers.register()   # The routers published after the paper.
+# The built-in routers: the paper's (paper_routers.py) and those published after it
+# (lab_routers.py), each a literal spec in its module; registered here, and never replaced.
+for _name, _spec in {**paper_routers.ROUTERS, **lab_routers.ROUTERS}.items():
+  registry.register(_name, _spec)
 registry.BUILT_IN.update(registry.ROUTERS)
 ROUTERS = registry.ROUTERS
 PAPER_ROUTERS = names.PAPER_ROUTERS
@@ -323,22 +276,22 @@ class Router(nn.Module):
       dispatch, combine = jax.vmap(soft.soft_routing, in_axes=(0, None, None))(x, phi, scale)
       return DenseRouting(dispatch, combine), {'aux_loss': jnp.zeros((), jnp.float32)}
 
-    shape = (dim, self.num_experts)
-    if spec.frozen_kernel:   # Drawn at init, kept out of the parameters (and the optimizer).
-      kernel = self.variable(ROUTER_STATE, 'kernel', lambda: nn.initializers.lecun_normal()(
-          self.make_rng('params'), shape)).value
-    else:
-      kernel = self.param('kernel', nn.initializers.lecun_normal(), shape)
-    state = None
-    if spec.state is not None:
+    state, frozen = None, {}
+    if spec.state is not None and spec.state.frozen:   # Drawn at init, each array a variable.
+      frozen = self._frozen_state(spec.state, dim)
+    elif spec.state is not None:
       state = self.variable(ROUTER_STATE, 'state', lambda: spec.state.init(
           self.make_rng('params'), dim, self.num_experts, self.config))
+    if 'kernel' in frozen:   # A frozen gating kernel, out of the parameters (and the optimizer).
+      kernel = frozen['kernel']
+    else:
+      kernel = self.param('kernel', nn.initializers.lecun_normal(), (dim, self.num_experts))
     logits = jnp.einsum('gsd,de->gse', x.astype(jnp.float32), kernel)
     noisy_logits = logits
     if train and self.config.noise_std > 0:
       std = self.config.noise_std / self.num_experts
       noisy_logits = logits + std * jax.random.normal(self.make_rng('gating'), logits.shape)
-    values = {} if state is None else state.value
+    values = {**frozen, **({} if state is None else state.value)}
 
     probs = affinity.softmax(noisy_logits)     # Once, for the routing and the state's statistics.
 
@@ -348,11 +301,12 @@ class Router(nn.Module):
     slot_token, slot_weight, report, scores = jax.vmap(
         lambda *group: route_inputs(inputs_of(*group)))(noisy_logits, logits, probs)
     metrics = {'aux_loss': auxiliary_loss(logits, noisy_logits, self.config)}
-    if spec.loss is not None:
-      metrics['aux_loss'] += spec.loss(logits, self.config)
-    if spec.metrics is not None:
-      metrics.update(spec.metrics(noisy_logits, slot_token, self.config))
-    for name, value in values.items():   # A state's spread, as the bias's range: its health.
+    if spec.extras is not None:
+      extra_loss, extra_metrics = spec.extras(registry.BatchRouting(noisy_logits, logits,
+                                                                    slot_token, self.config))
+      metrics.update(extra_metrics, aux_loss=metrics['aux_loss'] + extra_loss)
+    for name, value in ({} if state is None else state.value).items():   # Its health: a
+      # state's spread, as the bias's range.
       if jnp.ndim(value) >= 1 and jnp.issubdtype(value.dtype, jnp.floating):
         metrics[f'state_{name}_range'] = jnp.max(value) - jnp.min(value)
     if report is not None:
@@ -366,3 +320,17 @@ class Router(nn.Module):
       summed = jax.tree.map(lambda v: jnp.sum(jax.lax.stop_gradient(v), axis=0), per_group)
       state.value = spec.state.update(state.value, summed, self.config)
     return SparseRouting(slot_token, slot_weight), metrics
+
+  def _frozen_state(self, state: registry.RouterState, dim: int) -> dict:
+    """A frozen state's arrays, each a variable of ROUTER_STATE under its own name, drawn once
+    at init from one 'params' key (the key a gating parameter would take at this point)."""
+    keys = jax.eval_shape(lambda: state.init(jax.random.PRNGKey(0), dim, self.num_experts,
+                                             self.config))
+    drawn = {}
+
+    def draw(name):
+      if not drawn:
+        drawn.update(state.init(self.make_rng('params'), dim, self.num_experts, self.config))
+      return drawn[name]
+
+    return {name: self.variable(ROUTER_STATE, name, lambda n=name: draw(n)).value for name in keys}

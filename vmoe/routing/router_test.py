@@ -10,6 +10,7 @@ from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import lab_routers
 from vmoe.routing import names
+from vmoe.routing import paper_routers
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
 
@@ -29,10 +30,15 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
 def test_paper_specs_compose_names_tables_pieces_and_their_presets():
   # The paper's routers are names.py's JAX-free table, each an affinity and an allocation.
   assert router_lib.PAPER_ROUTERS is names.PAPER_ROUTERS
+  affinities = {'softmax': paper_routers.softmax_scores, 'sinkhorn': paper_routers.sinkhorn_scores,
+                'sparsity_constrained': paper_routers.sparsity_constrained_scores, None: None}
+  allocations = {a.kind: a for a in (registry.TOKEN_CHOICE, registry.EXPERT_CHOICE, registry.SOFT)}
+  assert set(paper_routers.ROUTERS) == set(names.ROUTERS)
   for name, (affinity_name, allocation_kind) in names.ROUTERS.items():
     spec = router_lib.ROUTERS[name]
-    assert spec.affinity is (router_lib.AFFINITIES[affinity_name] if affinity_name else None)
-    assert spec.allocation is router_lib.ALLOCATIONS[allocation_kind]
+    assert spec is paper_routers.ROUTERS[name]
+    assert spec.affinity is affinities[affinity_name]
+    assert spec.allocation is allocations[allocation_kind]
   # Presets are fields of the spec (docs/fidelity.md traces each).
   assert router_lib.ROUTERS['softmax_tc'].presets == {
       'noise_std': 1.0, 'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
@@ -46,12 +52,20 @@ def test_paper_specs_compose_names_tables_pieces_and_their_presets():
   for name in (*names.ROUTERS, *names.LAB_ROUTERS):
     assert router_lib.ROUTERS[name].title == names.TITLES[name]
   with pytest.raises(ValueError, match='affinity exactly when its allocation has slots'):
-    registry.RouterSpec(None, router_lib.ALLOCATIONS['expert_choice'])
+    registry.RouterSpec(None, registry.EXPERT_CHOICE)
   with pytest.raises(ValueError, match='affinity exactly when'):
-    registry.RouterSpec(router_lib.AFFINITIES['softmax'], router_lib.ALLOCATIONS['soft'])
+    registry.RouterSpec(paper_routers.softmax_scores, registry.SOFT)
   with pytest.raises(ValueError, match='taken by this repository'):
-    registry.register('softmax_tc', registry.RouterSpec(router_lib.AFFINITIES['sinkhorn'],
-                                                          router_lib.ALLOCATIONS['token_choice']))
+    registry.register('softmax_tc', registry.RouterSpec(paper_routers.sinkhorn_scores,
+                                                          registry.TOKEN_CHOICE))
+
+
+@pytest.mark.parametrize('field,replacement', [
+    ('eval_allocation', 'in_evaluation'), ('loss', 'extras='), ('metrics', 'extras='),
+    ('frozen_kernel', "RouterState\\(init returning {'kernel'")])
+def test_a_spec_of_the_old_form_names_the_field_to_change(field, replacement):
+  with pytest.raises(ValueError, match=f"no field '{field}' any more: give .*{replacement}"):
+    registry.RouterSpec(paper_routers.softmax_scores, registry.TOKEN_CHOICE, **{field: None})
 
 
 def _inputs(logits, config, capacity=2, state=None):
@@ -63,10 +77,10 @@ def test_registry_entries_compute_their_affinity():
   # logits (3 tokens, 2 experts); softmax rows: [e^1, 1] / (e + 1) = [0.731059, 0.268941], ...
   logits = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
   config = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, sinkhorn_iters=3)
-  scores, report = router_lib.AFFINITIES['softmax'](_inputs(logits, config))
+  scores, report = paper_routers.softmax_scores(_inputs(logits, config))
   np.testing.assert_allclose(scores[0], [0.731059, 0.268941], rtol=1e-5)
   assert report is None
-  scores, _ = router_lib.AFFINITIES['sinkhorn'](_inputs(logits, config))
+  scores, _ = paper_routers.sinkhorn_scores(_inputs(logits, config))
   np.testing.assert_array_equal(scores, affinity.sinkhorn(logits, 3))
 
 
@@ -74,7 +88,7 @@ def test_a_new_router_is_one_registry_entry(monkeypatch):
   # 'reversed' prefers the experts softmax ranks last; expert choice then takes, per expert, the
   # C = round(4 / 2) = 2 tokens with the LOWEST softmax score for it.
   monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', registry.RouterSpec(
-      lambda inputs: (1.0 - inputs.probs, None), router_lib.ALLOCATIONS['expert_choice']))
+      lambda inputs: (1.0 - inputs.probs, None), registry.EXPERT_CHOICE))
   config = router_lib.RouterConfig(name='reversed_ec', capacity_factor=1)
   logits = jnp.array([[3.0, 0.0], [2.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # Expert 0 prob falls.
   slot_token, _, _ = router_lib.route_group(logits, config, capacity=2)
@@ -144,7 +158,7 @@ def test_router_parameters_and_outputs(name):
   params = variables.get('params', {})
   capacity = 8                                                     # round(2 * 16 / 4).
   spec = router_lib.ROUTERS[name]
-  if spec.frozen_kernel:   # Drawn once, kept in the router state, out of the parameters.
+  if spec.state is not None and spec.state.frozen:   # A kernel drawn once, out of the params.
     assert params == {} and variables[router_lib.ROUTER_STATE]['kernel'].shape == (8, 4)
   elif name == 'soft_moe':
     assert params['phi'].shape == (8, 4, capacity) and params['scale'].shape == ()
@@ -398,8 +412,8 @@ def test_routers_after_the_paper_pin_their_defaults():
   assert specs['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 50_000}
   assert specs['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
                                       'balance_loss_weight': 1e-2}
-  assert specs['random_tc'].frozen_kernel and not specs['sigmoid_tc'].frozen_kernel
-  assert specs['lossfree_tc'].state is not None and specs['sigmoid_tc'].state is None
+  assert specs['random_tc'].state.frozen and not specs['lossfree_tc'].state.frozen
+  assert specs['sigmoid_tc'].state is None
   # BASE: the balanced assignment in training, greedy top-1 token choice in evaluation.
   assert specs['base'].allocation.kind == 'balanced_assignment'
   assert specs['base'].allocation_at(train=False).kind == names.TOKEN_CHOICE
@@ -460,3 +474,32 @@ def test_evaluation_routes_with_the_evaluation_capacity():
   # At 16 slots per expert no request is dropped: every token holds its k = 2 slots.
   held = jax.vmap(lambda t: jnp.bincount(t.ravel(), length=17))(route_eval.slot_token)
   np.testing.assert_array_equal(held[:, :16], 2)
+
+
+# Every built-in router's variables by path and shape (D = 6, E = 4, groups of 8 tokens, c = 1):
+# checkpoints key on these paths, so a spec's refactoring must leave them where they are.
+VARIABLE_TREES = {
+    'base': {'params/kernel': (6, 4)},
+    'lossfree_tc': {'params/kernel': (6, 4), 'router_state/state/bias': (4,)},
+    'random_tc': {'router_state/kernel': (6, 4)},
+    'sigmoid_tc': {'params/kernel': (6, 4)},
+    'sinkhorn_ec': {'params/kernel': (6, 4)},
+    'sinkhorn_tc': {'params/kernel': (6, 4)},
+    'soft_moe': {'params/phi': (6, 4, 2), 'params/scale': ()},
+    'softmax_ec': {'params/kernel': (6, 4)},
+    'softmax_tc': {'params/kernel': (6, 4)},
+    'sparsity_ec': {'params/kernel': (6, 4)},
+    'sparsity_tc': {'params/kernel': (6, 4)},
+    'topp_tc': {'params/kernel': (6, 4)},
+}
+
+
+def test_variable_trees_of_the_built_in_routers_are_pinned():
+  assert set(VARIABLE_TREES) == registry.BUILT_IN
+  x = jnp.zeros((2, 8, 6))
+  for name, expected in VARIABLE_TREES.items():
+    module = router_lib.Router(router_lib.RouterConfig(name, 1), 4)
+    shapes = jax.eval_shape(lambda m=module: m.init(jax.random.PRNGKey(0), x, train=False))
+    found = {jax.tree_util.keystr(path, simple=True, separator='/'): leaf.shape
+             for path, leaf in jax.tree_util.tree_leaves_with_path(dict(shapes))}
+    assert found == expected, name

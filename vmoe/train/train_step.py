@@ -59,7 +59,7 @@ def training_loss(model: nn.Module, params, images: jax.Array, labels: jax.Array
 def router_summary(router_metrics: dict) -> dict:
   """Per MoE block scalars for logging: dropped tokens, experts per token, load imbalance, and
   every scalar metric of the router's own (the sparsity-constrained solver's row error and
-  fallback count, a registered router's RouterSpec.metrics); not the auxiliary loss, logged
+  fallback count, a registered router's RouterSpec.extras); not the auxiliary loss, logged
   whole."""
   out = {}
   for block, m in router_metrics.items():
