@@ -18,12 +18,12 @@ import pytest
 from configs import common
 from data import imagenet21k_splits
 from results import paper
+from testing import runs
 from vmoe.model import vit
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
-from vmoe.train import trainer
 
 CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
@@ -429,7 +429,7 @@ def test_paper_config_runlocal_trains_on_embedded_data(tmp_path):
   # a 'mu/32' model on Fashion-MNIST as 64x64 RGB, two steps, evaluation, 10-shot digits.
   parsed = parse(load('b32_softmax_tc', 'runlocal=True'))
   assert parsed.data.name == 'fashion_mnist' and set(parsed.fewshot.datasets) == {'digits'}
-  summary = trainer.train_and_evaluate(parsed, str(tmp_path), 'configs/b32_softmax_tc.py')
+  summary = runs.train(parsed, str(tmp_path), 'configs/b32_softmax_tc.py')
   assert summary.steps == 2 and summary.arch == 'mu/32' and summary.router == 'softmax_tc'
   assert summary.upstream_prec1 is not None and set(summary.fewshot) == {'digits'}
   assert (tmp_path / run_outputs.SUMMARY_FILE).exists()

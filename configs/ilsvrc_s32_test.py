@@ -14,12 +14,12 @@ from configs import common
 from configs import ilsvrc_s32
 from configs import ilsvrc_s32_vmoe
 from data import sources
+from testing import runs
 from vmoe.model import vit
 from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
-from vmoe.train import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = [(router, c) for router in router_lib.PAPER_ROUTERS for c in (1, 2)]
@@ -152,7 +152,7 @@ def test_the_published_cells_cpu_mode_trains_on_embedded_data(tmp_path):
   # A 'mu/32' model (Last-1 of its 2 blocks), two steps, upstream, the eval.sets 'test' stand-in
   # and 10-shot digits: no ImageNet needed.
   parsed = experiment_lib.parse(ilsvrc_s32_vmoe.get_config('runlocal=True'), num_devices=1)
-  summary = trainer.train_and_evaluate(parsed, str(tmp_path), 'configs/ilsvrc_s32_vmoe.py')
+  summary = runs.train(parsed, str(tmp_path), 'configs/ilsvrc_s32_vmoe.py')
   assert summary.steps == 2 and summary.router == 'softmax_tc' and summary.capacity == 1.05
   assert summary.upstream_prec1 is not None and set(summary.eval_sets) == {'test'}
   assert (tmp_path / run_outputs.SUMMARY_FILE).exists()
@@ -185,7 +185,7 @@ def test_a_run_on_mock_imagenet2012_reaches_its_summary(tmp_path, monkeypatch):
     return real_check(self, data_config, release, splits)
   monkeypatch.setattr(sources.TfdsSource, 'check', check)
   with tfds.testing.mock_data(num_examples=100):
-    summary = trainer.train_and_evaluate(parsed, str(tmp_path / 'run'), 'configs/ilsvrc_s32_vmoe.py')
+    summary = runs.train(parsed, str(tmp_path / 'run'), 'configs/ilsvrc_s32_vmoe.py')
   assert checked == [parsed.data] and summary.dataset == 'imagenet2012' and summary.steps == 2
   assert set(summary.eval_sets) == {'test'}        # imagenet2012_real skipped: not prepared.
   assert (tmp_path / 'run' / run_outputs.SUMMARY_FILE).exists()

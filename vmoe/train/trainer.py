@@ -1,14 +1,13 @@
 """train_and_evaluate: pretrain an experiment, evaluate it, and record what it cost; main.py and
 the tests enter the trainer through it alone.
 
-The experiment is a config parsed once into typed sections (vmoe/train/experiment.py, at main.py's
-start). Stages: (1) the workdir's checks, then the data's, before anything compiles (main.py
-claims the workdir before importing this module too, so that a bad one fails before TensorFlow
-loads; a claim is idempotent), (2) the training program
-(vmoe/train/train_program.py), data and metric writer, (3) state from the newest checkpoint or fresh,
-(4) compile the step and account its cost, (5) the loop: a step, then what is due after it: log,
-save a checkpoint, evaluate (vmoe/train/loop_actions.py), (6) summary.json
-(run_outputs.RunSummary).
+The experiment is a config parsed once into typed sections (vmoe/train/experiment.py, at
+main.py's start). Stages: (1) the workdir (claimed once, by the caller: main.py claims it before
+importing this module, so that a bad one fails before TensorFlow loads), then the data's checks,
+before anything compiles, (2) the training program (vmoe/train/train_program.py), data and
+metric writer, (3) state from the newest checkpoint or fresh, (4) compile the step and account
+its cost, (5) the loop: a step, then what is due after it: log, save a checkpoint, evaluate
+(vmoe/train/loop_actions.py), (6) summary.json (run_outputs.RunSummary).
 
 From stage 2 on, Ctrl-C or SIGTERM stops the run at the next safe point, the same one on every
 process (vmoe/run/preemption.py: before a step or an evaluation batch): the state there is saved,
@@ -65,12 +64,13 @@ def restore_or_init(manager, program: train_program.TrainProgram, train_iter, rn
 def train_and_evaluate(experiment: experiment_lib.Experiment, workdir: str,
                        config_file: str = '') -> run_outputs.RunSummary:
   """Trains `experiment` (vmoe/train/experiment.py parse) in `workdir`, resuming if it holds
-  checkpoints, and returns its summary; config_file is recorded in it. Ctrl-C or SIGTERM stops
-  the run at a safe point (the module docstring)."""
-  # 1. The workdir's checks, then the data's (a UserError that says how to get a missing set),
-  # before anything compiles; the config was checked when parsed. A workdir that holds a run
-  # gives the batch sizes the user did not set (workdir.claim).
-  experiment = workdir_lib.claim(workdir, experiment)
+  checkpoints, and returns its summary; config_file is recorded in it. `workdir` is claimed for
+  `experiment` already (workdir.claim, whose returned experiment this is). Ctrl-C or SIGTERM
+  stops the run at a safe point (the module docstring)."""
+  # 1. The workdir, claimed by the caller (main.py, before TensorFlow loads: workdir.claim), then
+  # the data's checks (a UserError that says how to get a missing set), before anything compiles;
+  # the config was checked when parsed.
+  workdir_lib.check_claimed(workdir, experiment)
   sources.check_available(experiment.data)
   train_evals.check_available(experiment.data, experiment.fewshot)
   with preemption.StopAgreement() as stop:

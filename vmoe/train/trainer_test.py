@@ -27,6 +27,7 @@ from base import errors
 from base import revision
 from testing import checkpoint_faults
 from testing import full_disk
+from testing import runs
 from vmoe.run import checkpointing
 from vmoe.run import observability
 from vmoe.run import run_outputs
@@ -80,7 +81,7 @@ def short_run(short_config, tmp_path_factory):
   @functools.cache
   def run(precision: str) -> ShortRun:
     workdir = tmp_path_factory.mktemp(f'short_run_{precision}') / 'workdir'
-    return ShortRun(workdir, trainer.train_and_evaluate(
+    return ShortRun(workdir, runs.train(
         short_config(**PRECISIONS[precision]), str(workdir), 'configs/tiny.py'))
   return run
 
@@ -158,7 +159,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(short
   monkeypatch.setattr(train_lib, 'make_train_step', poisoned)
   with pytest.raises(FloatingPointError, match=r'loss is nan at step 13.*last good checkpoint '
                                                r'\(step 10\)'):
-    trainer.train_and_evaluate(short_config(), str(tmp_path))
+    runs.train(short_config(), str(tmp_path))
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['10']
   assert not (tmp_path / 'summary.json').exists()
 
@@ -179,7 +180,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
 
   monkeypatch.setattr(trainer.train_program.TrainProgram, 'compile', signalled_while_compiling)
   with pytest.raises(SystemExit) as stopped:
-    trainer.train_and_evaluate(config, str(tmp_path))
+    runs.train(config, str(tmp_path))
   assert stopped.value.code == run_outputs.PREEMPTED == 0
   assert 'Preempted at step 0: nothing trained yet' in capsys.readouterr().out
   assert not os.listdir(tmp_path / 'checkpoints') and not losses(str(tmp_path))
@@ -195,7 +196,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
 
   monkeypatch.setattr(trainer.pipeline, 'make_eval_iterator', signalled_after_one_batch)
   with pytest.raises(SystemExit) as stopped:
-    trainer.train_and_evaluate(config, str(tmp_path))
+    runs.train(config, str(tmp_path))
   assert stopped.value.code == 0
   assert 'Preempted at step 10: checkpoint saved' in capsys.readouterr().out
   assert os.listdir(tmp_path / 'checkpoints') == ['10'] and max(losses(str(tmp_path))) == 10
@@ -211,7 +212,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
 
   monkeypatch.setattr(trainer.loop_actions.Actions, 'log', ctrl_c_during_step_15)
   with pytest.raises(SystemExit) as interrupted:
-    trainer.train_and_evaluate(config, str(tmp_path))
+    runs.train(config, str(tmp_path))
   assert interrupted.value.code == run_outputs.INTERRUPTED == 130
   assert 'Interrupted at step 15: checkpoint saved' in capsys.readouterr().out
   # keep=2: the interrupt checkpoint is the newer of two, at the last step trained.
@@ -219,7 +220,7 @@ def test_a_signal_while_compiling_evaluating_or_training_stops_at_the_next_safe_
   assert max(losses(str(tmp_path))) == 15 and not (tmp_path / 'summary.json').exists()
   monkeypatch.undo()
 
-  summary = trainer.train_and_evaluate(config, str(tmp_path))
+  summary = runs.train(config, str(tmp_path))
   assert [h['step'] for h in summary.eval_history] == [10, 20]
   assert sorted(losses(str(tmp_path))) == list(range(1, 21))
 
@@ -243,7 +244,7 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
   shutil.copytree(uninterrupted, workdir)
   checkpoint_faults.flip_bytes(checkpoint_faults.largest_array_file(
       str(workdir / 'checkpoints' / '40')))
-  summary = trainer.train_and_evaluate(short_config(), str(workdir))
+  summary = runs.train(short_config(), str(workdir))
   assert summary.steps == 40
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['30', '40', 'corrupt-40']
   # Two segments: the first run's up to its checkpoint 30, this run's from there.
@@ -276,7 +277,7 @@ def test_a_checkpoint_of_another_process_count_is_refused_before_the_step_compil
   with pytest.raises(errors.UserError, match=(
       r'^The checkpoint of step 40 was written by 2 processes and this run has 1: .* Rerun it on '
       r'2 processes, or use a new --workdir\.$')):
-    trainer.train_and_evaluate(short_config(), str(workdir))
+    runs.train(short_config(), str(workdir))
 
 
 def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):

@@ -30,6 +30,23 @@ def claim(workdir: str, experiment: experiment_lib.Experiment,
   return guard(workdir, experiment, fixed)
 
 
+def check_claimed(workdir: str, experiment: experiment_lib.Experiment) -> None:
+  """Raises ValueError unless `workdir` was claimed for `experiment` (its config.json holds the
+  same run, the mesh aside): the trainer trains in a claimed workdir and does not claim it again.
+  """
+  path = os.path.join(workdir, run_outputs.CONFIG_FILE)
+  if not os.path.exists(path):
+    raise ValueError(f'{workdir} is not claimed: call vmoe.train.workdir.claim(workdir, '
+                     'experiment) first and train the experiment it returns, as main.py does.')
+  with open(path, encoding='utf-8') as f:
+    recorded = experiment_lib.resolve_recorded(json.load(f))
+  changed = [key for key in run_outputs.config_differences(recorded, experiment.to_dict())
+             if not key.startswith(f'{MESH}.')]
+  if changed:
+    raise ValueError(f'{workdir} was claimed for another run (it differs in '
+                     f'{", ".join(changed[:SHOWN_KEYS])}); train the experiment claim returned.')
+
+
 def prepare(workdir: str) -> None:
   """Creates `workdir` and writes a probe file in it, so that a path the user cannot write fails
   now, as a UserError naming it, not at the first checkpoint."""

@@ -104,3 +104,15 @@ def test_a_run_resumes_on_another_device_count_with_its_recorded_batch_sizes(tin
                                'fewshot.batch_size': 48}, num_devices=3)
   with pytest.raises(errors.UserError, match=r'batch_size=128 does not split over 3 devices'):
     workdir.guard(str(tmp_path), three, fixed=set())
+
+
+def test_the_trainer_refuses_a_workdir_nobody_claimed(tmp_path, tiny_experiment):
+  # The workdir is claimed once, by main.py (or testing/runs.py); the trainer only checks it.
+  experiment = tiny_experiment()
+  with pytest.raises(ValueError, match='is not claimed: call vmoe.train.workdir.claim'):
+    workdir.check_claimed(str(tmp_path), experiment)
+  claimed = workdir.claim(str(tmp_path), experiment)
+  workdir.check_claimed(str(tmp_path), claimed)
+  other = tiny_experiment(overrides={'num_train_steps': 700})
+  with pytest.raises(ValueError, match='claimed for another run .*num_train_steps'):
+    workdir.check_claimed(str(tmp_path), other)
