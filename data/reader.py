@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from base import errors
+from base import host
 from data import no_autograph
 from data import sources
 
@@ -20,25 +21,30 @@ CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
 # thread that an iterator's destructor joins, and that thread can sit out its optimisation period
 # before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
-# Python thread, asynchronous checkpoint saves included (vmoe/run/checkpointing_test.py's fifty-saves
-# test guards it). Eval iterators are dropped mid-run too. bench/results/input_pipeline.json holds
-# the throughput with this setting. A host with more cores than its processes' calls can use
-# sets VMOE_DATA_PARALLEL_CALLS (docs/accelerators.md).
+# Python thread, asynchronous checkpoint saves included (vmoe/run/checkpointing_test.py's
+# fifty-saves test guards it). Eval iterators are dropped mid-run too. By default each process
+# takes its share of the cores it may use (default_parallel_calls); VMOE_DATA_PARALLEL_CALLS
+# overrides it (docs/accelerators.md).
 PARALLEL_CALLS_VARIABLE = 'VMOE_DATA_PARALLEL_CALLS'
-DEFAULT_PARALLEL_CALLS = max(1, min(8, os.cpu_count() or 1))
+
+
+def default_parallel_calls(environ=os.environ) -> int:
+  """The usable cores (affinity mask, cgroup quota) divided among the run's processes that share
+  them (base/host.py), at least 1."""
+  return max(1, host.usable_cores() // host.processes_sharing_cores(environ))
 
 
 def parallel_calls() -> int:
   """Parallel map calls of a process's input pipeline: $VMOE_DATA_PARALLEL_CALLS, else
-  DEFAULT_PARALLEL_CALLS (min(8, cores)). A value that is not a positive integer is a UserError."""
+  default_parallel_calls(). A value that is not a positive integer is a UserError."""
   text = os.environ.get(PARALLEL_CALLS_VARIABLE)
   if text is None:
-    return DEFAULT_PARALLEL_CALLS
+    return default_parallel_calls()
   if not text.strip().isdigit() or int(text) < 1:
     raise errors.UserError(
         f'{PARALLEL_CALLS_VARIABLE}={text!r}: set it to a positive integer, the parallel '
-        f'preprocessing calls of each process (default min(8, cores) = '
-        f'{DEFAULT_PARALLEL_CALLS}), or unset it.')
+        f'preprocessing calls of each process (default: its share of the usable cores, '
+        f'{default_parallel_calls()} here), or unset it.')
   return int(text)
 
 

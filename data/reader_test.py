@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from base import errors
+from base import host
 from data import ops
 from data import reader as reader_lib
 from data import sources
@@ -48,7 +49,13 @@ def test_a_failing_record_is_named(tmp_path):
 
 def test_parallel_calls_default_and_override(monkeypatch):
   monkeypatch.delenv(reader_lib.PARALLEL_CALLS_VARIABLE, raising=False)
-  assert reader_lib.parallel_calls() == reader_lib.DEFAULT_PARALLEL_CALLS <= 8
+  assert reader_lib.parallel_calls() == reader_lib.default_parallel_calls()
+  cores = host.usable_cores()
+  assert reader_lib.default_parallel_calls({}) == cores
+  # Two processes of launch/local.sh on this host share its cores; Slurm's per-task mask does not.
+  local = {'JAX_COORDINATOR_ADDRESS': 'localhost:1', 'JAX_NUM_PROCESSES': '2'}
+  assert reader_lib.default_parallel_calls(local) == max(1, cores // 2)
+  assert reader_lib.default_parallel_calls({**local, 'SLURM_CPUS_PER_TASK': '4'}) == cores
   monkeypatch.setenv(reader_lib.PARALLEL_CALLS_VARIABLE, '24')
   assert reader_lib.parallel_calls() == 24
 

@@ -10,11 +10,12 @@ give. Usable memory is MemAvailable, less where a cgroup limits it. A worker nee
 WORKER_PEAK_BYTES: its own peak with the subprocesses that its tests start beside it (main.py
 processes, the 8-device step). CI's machine has 2 cores, and its suite runs as it always has.
 """
-import math
 import os
 import subprocess
 import sys
 import time
+
+from base import host
 
 CI_WORKERS = 2
 # One worker's peak RSS, its subprocesses included: `measure` on
@@ -26,18 +27,6 @@ PEAK_MEASURED = 4_063_965_184
 WORKER_PEAK_BYTES = 5 * 2**30
 # A cgroup v1 memory limit at or above this means none (the kernel writes about 2**63).
 _NO_LIMIT = 2**60
-
-
-def cgroup_cores(cpu_max: str | None, cfs_quota: str | None,
-                 cfs_period: str | None) -> float | None:
-  """The cores a cgroup's CPU quota allows, or None without a quota: cgroup v2's cpu.max
-  ('QUOTA PERIOD' or 'max PERIOD'), else v1's cpu.cfs_quota_us (-1: none) / cpu.cfs_period_us."""
-  if cpu_max is not None:
-    quota, period = cpu_max.split()
-    return None if quota == 'max' else int(quota) / int(period)
-  if cfs_quota is not None and cfs_period is not None and int(cfs_quota) > 0:
-    return int(cfs_quota) / int(cfs_period)
-  return None
 
 
 def cgroup_memory(memory_max: str | None, limit_in_bytes: str | None) -> int | None:
@@ -65,29 +54,11 @@ def worker_count(cores: int, memory: int, ci: bool, peak: int = WORKER_PEAK_BYTE
   return max(1, min(cores, memory // peak))
 
 
-def _read(path: str) -> str | None:
-  try:
-    with open(path, encoding='ascii') as f:
-      return f.read().strip()
-  except OSError:
-    return None
-
-
-def usable_cores() -> int:
-  """The affinity mask's cores, fewer where the cgroup's quota allows less (rounded down, at
-  least 1)."""
-  cores = len(os.sched_getaffinity(0))
-  quota = cgroup_cores(_read('/sys/fs/cgroup/cpu.max'),
-                       _read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us'),
-                       _read('/sys/fs/cgroup/cpu/cpu.cfs_period_us'))
-  return cores if quota is None else max(1, min(cores, math.floor(quota)))
-
-
 def usable_memory() -> int:
   """MemAvailable, or the cgroup's limit where that is less."""
-  available = mem_available(_read('/proc/meminfo') or '')
-  limit = cgroup_memory(_read('/sys/fs/cgroup/memory.max'),
-                        _read('/sys/fs/cgroup/memory/memory.limit_in_bytes'))
+  available = mem_available(host.read_text('/proc/meminfo') or '')
+  limit = cgroup_memory(host.read_text('/sys/fs/cgroup/memory.max'),
+                        host.read_text('/sys/fs/cgroup/memory/memory.limit_in_bytes'))
   return available if limit is None else min(available, limit)
 
 
@@ -102,7 +73,7 @@ def _tree_rss(root: int) -> int:
   for entry in os.listdir('/proc'):
     if not entry.isdigit():
       continue
-    status = _read(f'/proc/{entry}/status') or ''
+    status = host.read_text(f'/proc/{entry}/status') or ''
     fields = dict(line.split(':', 1) for line in status.splitlines() if ':' in line)
     if 'PPid' in fields:
       parents[int(entry)] = int(fields['PPid'])
@@ -131,7 +102,7 @@ def main(argv: list[str]) -> None:
     peak = measure(argv[2:])
     print(f'peak RSS of the process tree: {peak} bytes ({peak / 2**30:.2f} GiB)')
   elif not argv:
-    print(worker_count(usable_cores(), usable_memory(), is_ci()))
+    print(worker_count(host.usable_cores(), usable_memory(), is_ci()))
   else:
     print('usage: python -m testing.workers [measure -- COMMAND ...]', file=sys.stderr)
     raise SystemExit(2)

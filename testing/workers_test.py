@@ -10,17 +10,6 @@ from testing import workers
 GIB = 2**30
 
 
-@pytest.mark.parametrize('cpu_max, cfs_quota, cfs_period, cores', [
-    ('400000 100000', None, None, 4.0),         # v2: 400 ms of CPU per 100 ms period.
-    ('150000 100000', None, None, 1.5),
-    ('max 100000', None, None, None),           # v2 without a quota.
-    (None, '200000', '100000', 2.0),            # v1.
-    (None, '-1', '100000', None),               # v1 without a quota.
-    (None, None, None, None)])                  # No cgroup files.
-def test_cgroup_cores(cpu_max, cfs_quota, cfs_period, cores):
-  assert workers.cgroup_cores(cpu_max, cfs_quota, cfs_period) == cores
-
-
 def test_cgroup_memory():
   assert workers.cgroup_memory('8589934592', None) == 8 * GIB
   assert workers.cgroup_memory('max', '1024') is None             # v2's file decides.

@@ -26,22 +26,22 @@ import jax.numpy as jnp
 
 # The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities: the
 # assignment's total is within E C epsilon (max(a) - min(a)) of the optimum, a bound that random
-# problems beat by orders of magnitude (balanced_assignment_test.py checks 1e-4 of the optimum).
-# fairseq's 1/50 stops a few 1e-3 of the optimum short. Under epsilon scaling the last tenfold
-# costs few bids: 1e-4 rather than 1e-3 adds under a tenth at the B/32 group, and keeps small
-# groups (30 tokens) within 1e-4 of the optimum, where one epsilon of 1e-3 is already 3e-4.
+# problems beat by orders of magnitude (balanced_assignment_test.py checks 1e-4 of the optimum;
+# fairseq's 1/50 stops further from it). Under epsilon scaling the last tenfold costs few bids,
+# and it keeps small groups close to the optimum, where one larger epsilon is already a
+# sizeable share of the total (bench/auction.py measures both).
 EPSILON = 1e-4
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
 # tenth of it, down to EPSILON (the slots bid, on the problem made square). Near-ties between
-# tokens otherwise cost long wars of epsilon-sized bids. Of the schedules tried on Gaussian
-# affinities, this one stays near the fewest bids at the B/32 group (T = 400, E = 32, C = 12) and
-# the tiny config's (T = 272, E = 8, C = 34) alike (bench/auction.py).
+# tokens otherwise cost long wars of epsilon-sized bids. The schedule is chosen for few bids at
+# the B/32 group (T = 400, E = 32, C = 12) and the tiny config's (T = 272, E = 8, C = 34) alike
+# (bench/auction.py counts the bids).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
 # A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
-# it filled, leaves the rest empty and says so in AuctionReport.unfilled. Affinities skewed as a
-# trained router's took 1,500-3,500 bids at c = 1 and up to 12,000 (tiny config) and 20,000 (B/32's
-# 800 slots) at c = 2; the bound leaves B/32 at c = 2 room.
+# it filled, leaves the rest empty and says so in AuctionReport.unfilled. Skewed affinities (a
+# trained router's) need the most bids at c = 2; the bound leaves B/32's 800 slots room there
+# (bench/auction.py counts the bids).
 MAX_ITERS = 50_000
 
 
@@ -86,7 +86,7 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   (`_slots_bid`, on the problem made square: placeholder tokens worth min(a) to every expert
   when E C > T, whose slots stay empty). The tokens bidding there, fairseq's way, never scales
   epsilon and fights long wars over the C equal copies of a popular expert: on affinities as
-  skewed as a trained router's, 20,000 bids placed under half the tokens.
+  skewed as a trained router's, it runs out of bids with many tokens unplaced.
 
   Args:
     affinity: (T, E) token--expert affinities.
