@@ -2,7 +2,7 @@
 #   make install   create .venv and install pinned dependencies (idempotent)
 #   make tpu-compiler  libtpu (~700 MB) in .venv/tpu-compiler, for make plan only (.ci/run too)
 #   make test      the test suite (CI runs exactly this through .ci/run)
-#   make bench     speed benchmarks, results in bench/results/
+#   make bench     speed benchmarks, results in bench/results/, their tables in docs/benchmarks.md
 #   make demo      the main job: one seed of the tiny study (dense ViT and the six routers at
 #                  c = 1, 2 runs at a time) on embedded Fashion-MNIST; tables, figures, routing
 #                  maps and its numbers beside the committed study's in results/demo/ (git-ignored)
@@ -97,6 +97,7 @@ bench: install
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
+	$(PY) -m bench.report
 
 sweep: install
 	$(PY) -m launch.sweep --arch $(ARCH) --workdir-root $(WORKDIRS) --seeds $(SEEDS) \
