@@ -127,11 +127,38 @@ def first_non_finite(pending: list):
 
 
 @dataclasses.dataclass
+class LoopState:
+  """The loop's own state between steps: the training clock, the console's progress line, the
+  losses not yet checked for NaN (read only at log and checkpoint steps, since reading one waits
+  for its step), the last step saved and the first step this process trains."""
+  clock: TrainClock
+  progress: observability.Progress
+  last_saved: int
+  first_trained: int
+  pending: list = dataclasses.field(default_factory=list)
+
+  @classmethod
+  def resuming(cls, record: RunRecord, first_step: int, num_steps: int) -> 'LoopState':
+    """The state of a process that starts after `first_step` (0: a fresh run), its training
+    clock going on from the record's."""
+    return cls(TrainClock(record.train_seconds), observability.Progress(first_step, num_steps),
+               last_saved=first_step, first_trained=first_step + 1)
+
+  def stepped(self, step: int, loss) -> None:
+    """Keeps a step's loss (an unread device array) until the next check."""
+    self.pending.append((step, loss))
+
+  def take_first_non_finite(self):
+    """(step, value) of the first non-finite pending loss, or None; forgets them all."""
+    bad = first_non_finite(self.pending)
+    self.pending.clear()
+    return bad
+
+
+@dataclasses.dataclass
 class Actions:
   """What the loop does besides training steps, each pausing the clock: log, save and evaluate,
-  run by `after_step` when due; `stop` ends the run on a stop request. It keeps the losses not
-  yet checked for NaN (`pending`: they are read only at log and checkpoint steps, since reading
-  one waits for its step), the last step saved and the first step this process trains."""
+  run by `after_step` when due; `stop` ends the run on a stop request. `loop` is its LoopState."""
   experiment: experiment_lib.Experiment
   workdir: str
   program: train_program.TrainProgram
@@ -140,29 +167,25 @@ class Actions:
   writer: observability.ScalarWriter
   evaluator: train_evals.Evaluator
   record: RunRecord
-  clock: TrainClock
-  progress: observability.Progress
-  last_saved: int
-  first_trained: int
-  pending: list = dataclasses.field(default_factory=list)
+  loop: LoopState
 
   def check_losses(self):
     """Stops the run (FloatingPointError) if a pending loss is NaN or infinite, naming the last
     good checkpoint, once the saves under way are complete."""
-    bad = first_non_finite(self.pending)
-    self.pending.clear()
+    bad = self.loop.take_first_non_finite()
     if bad is not None:
       checkpointing.wait_until_finished(self.manager)
       raise FloatingPointError(
           f'loss is {bad[1]} at step {bad[0]}; stopped. The last good checkpoint (step '
-          f'{self.last_saved}) is kept in {self.workdir}/checkpoints; lower schedule.peak_lr or '
-          'optimizer.grad_clip_norm and resume from it.')
+          f'{self.loop.last_saved}) is kept in {self.workdir}/checkpoints; lower '
+          'schedule.peak_lr or optimizer.grad_clip_norm and resume from it.')
 
   def after_step(self, step: int, *, state, metrics):
     """Logs every log_every_steps, saves every checkpoint.every_steps, evaluates where the
     evaluator's schedule says; the last step is logged and saved too. In that order: a checkpoint
-    is saved before its step's evaluation."""
+    is saved before its step's evaluation. The step's loss waits for the next check."""
     e = self.experiment
+    self.loop.stepped(step, metrics['loss'])
     last = step == e.num_train_steps
     if last or step % e.log_every_steps == 0:
       self.log(step, state=state, metrics=metrics)
@@ -173,27 +196,27 @@ class Actions:
 
   def log(self, step: int, *, state, metrics):
     """Writes the step's metrics and learning rate, and the console's progress line."""
-    with self.clock.paused(state):
+    with self.loop.clock.paused(state):
       self.check_losses()
       metrics = jax.device_get(metrics)
       self.record.add_health(metrics)
       self.writer.write_scalars(step, {**metrics, 'learning_rate': self.program.schedule(step)})
-      self.progress.report(step, float(metrics['loss']))
+      self.loop.progress.report(step, float(metrics['loss']))
 
   def save(self, step: int, *, state):
     """Starts saving `state` and the record (data position, training time, this process's
     segment) in the background."""
-    with self.clock.paused(state):
+    with self.loop.clock.paused(state):
       self.check_losses()
       self.record.data = self.train_iter.get_state()
-      self.record.train_seconds = self.clock.seconds
-      self.record.trained(self.first_trained, step, devices_of(self.program.mesh))
+      self.record.train_seconds = self.loop.clock.seconds
+      self.record.trained(self.loop.first_trained, step, devices_of(self.program.mesh))
       checkpointing.save(self.manager, step, state, dataclasses.asdict(self.record))
-      self.last_saved = step
+      self.loop.last_saved = step
 
   def evaluate(self, step: int, *, state):
     """Evaluates `state` (train_evals), writes and prints the results, adds them to the record."""
-    with self.clock.paused(state):
+    with self.loop.clock.paused(state):
       results = self.evaluator.evaluate(train_step.model_variables(state), step)
       self.writer.write_scalars(step, results)
       console.say(console.evaluation(step, results))
@@ -202,7 +225,7 @@ class Actions:
   def stop(self, state, stop: preemption.StopAgreement):
     """Saves `state` unless saved already, says so in one line and exits with stop's status."""
     step = int(state.step)
-    if step != self.last_saved:
+    if step != self.loop.last_saved:
       self.save(step, state=state)
     checkpointing.wait_until_finished(self.manager)
     self.writer.flush()

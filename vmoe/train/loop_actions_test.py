@@ -58,3 +58,15 @@ def test_router_health_is_the_mean_of_the_logged_steps_and_survives_a_resume():
                          ('state_bias_range', 0.01)):
     assert abs(means['block_01'][name] - expected) < 1e-12
   assert loop_actions.RunRecord(data=None).health_means() == {}
+
+
+def test_the_loop_state_resumes_the_clock_and_checks_its_pending_losses_once():
+  record = loop_actions.RunRecord(train_seconds=12.5)
+  loop = loop_actions.LoopState.resuming(record, first_step=20, num_steps=100)
+  assert (loop.clock.seconds, loop.last_saved, loop.first_trained) == (12.5, 20, 21)
+  loop.stepped(21, 0.5)
+  loop.stepped(22, float('nan'))
+  loop.stepped(23, float('inf'))
+  bad = loop.take_first_non_finite()
+  assert bad[0] == 22 and bad[1] != bad[1]          # The first bad one: NaN at step 22.
+  assert loop.pending == [] and loop.take_first_non_finite() is None

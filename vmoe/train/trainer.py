@@ -116,9 +116,7 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   # 5. The loop: a stop request is honoured before any step or evaluation batch.
   run = loop_actions.Actions(
       e, workdir, program, train_iter, manager, writer, evaluator, record,
-      loop_actions.TrainClock(record.train_seconds),
-      observability.Progress(first_step, e.num_train_steps), last_saved=first_step,
-      first_trained=first_step + 1)
+      loop_actions.LoopState.resuming(record, first_step, e.num_train_steps))
   evaluation_owed = evaluator.schedule.due(first_step) and not record.evaluated(first_step)
   try:
     if evaluation_owed:
@@ -127,14 +125,13 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
       stop.check()
       batch = sharding.put_batch(next(train_iter), program.batch_sharding)
       state, metrics = compiled_step(state, batch, jax.random.fold_in(rng, step))
-      run.pending.append((step, metrics['loss']))
       run.after_step(step, state=state, metrics=metrics)
   except preemption.Stopped:
     run.stop(state, stop)
   checkpointing.wait_until_finished(manager)
 
   # 6. Summary.
-  summary = summarize(e, record, config_file=config_file, train_seconds=run.clock.seconds,
+  summary = summarize(e, record, config_file=config_file, train_seconds=run.loop.clock.seconds,
                       source=source, **cost)
   write_summary(workdir, summary)
   writer.close()
