@@ -4,10 +4,19 @@
 
 Writes an ImageNet-21k archive of random photo-sized JPEGs (default 300 of 320..500 px a side,
 about 100 kB each, near ImageNet's average of about 110 kB, so decoding costs what photos cost),
-builds it with the ImageNet-21k TFDS builder, and times data.pipeline.make_train_iterator with
-V-MoE's ImageNet-21k training pp (inception crop, flip, RandAugment(2, 20)) and without randaug:
-the median images/second over timed windows of batches. Compare it with the training
-step's images/second to know whether input or model bounds a step on this host.
+builds it with the ImageNet-21k TFDS builder, and times data.pipeline.make_train_iterator, in one
+run, on these pps:
+  randaug          V-MoE's ImageNet-21k training pp (decode|inception_crop|flip|RandAugment(2,
+                   20)|value range|one-hot) as the host runs it;
+  no_randaug       the same without RandAugment;
+  crop_uint8       decode|inception_crop and the label id alone: what is left to the host when
+                   the flip, RandAugment, value range and one-hot run on the accelerator;
+  full_decode      no_randaug with the whole JPEG decoded before the crop (an op between decode
+                   and inception_crop keeps them apart), as before the windowed decode;
+and the floor: one core decoding the same kind of windows (data/ops.py's fused decode and crop)
+and resizing them, nothing else, over the archive's JPEGs held in memory. Each pipeline row gives
+its images/second and per vCPU (divided by its parallel calls, one core each). Compare them with
+the training step's images/second to know whether input or model bounds a step on this host.
 """
 import argparse
 import dataclasses
@@ -25,6 +34,7 @@ from base import host
 from bench import timing
 from data import config as data_config
 from data import imagenet21k
+from data import ops
 from data import pipeline
 from data import reader
 
@@ -67,16 +77,39 @@ def make_dataset(directory: str, args) -> tuple[data_config.DataConfig, dict]:
       pp_eval='decode', num_classes=NUM_CLASSES, shuffle_buffer=args.images,
       data_dir=builder.data_dir.split('/imagenet21k/')[0], manual_dir=manual_dir)
   return config, {'num_images': args.images, 'mean_jpeg_kb': round(np.mean(sizes) / 1e3, 1),
-                  'side_px': [args.min_side, args.max_side]}
+                  'side_px': [args.min_side, args.max_side],
+                  'jpegs': [data for synset in images.values() for _, data in synset]}
 
 
 def images_per_second(config, pp: str, args) -> dict:
-  """Images/second of the median timed window (--window-batches batches) after --warmup."""
+  """Images/second of the median timed window (--window-batches batches) after --warmup, and per
+  vCPU (the pipeline's parallel calls, one core each)."""
   iterator = pipeline.make_train_iterator(dataclasses.replace(config, pp_train=pp),
                                           batch_size=args.batch_size, seed=0)
   window = lambda: [next(iterator) for _ in range(args.window_batches)]
   ms = timing.time_ms(window, warmup=args.warmup, repeats=args.windows)
-  return {'pp': pp, 'images_per_second': round(args.window_batches * args.batch_size / ms * 1e3, 1)}
+  rate = args.window_batches * args.batch_size / ms * 1e3
+  calls = reader.parallel_calls()
+  return {'pp': pp, 'images_per_second': round(rate, 1), 'parallel_calls': calls,
+          'images_per_second_per_vcpu': round(rate / calls, 1)}
+
+
+def floor(jpegs: list[bytes], size: int, args) -> dict:
+  """One core decoding each JPEG's crop window and resizing it (data/ops.py's fused decode and
+  inception_crop), nothing else: images/second of the median timed pass over `jpegs`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after data/'s no_keras)
+  steps = ops.build(f'decode|inception_crop({size})')
+  seeds = tf.random.experimental.stateless_split(tf.constant([0, 1], tf.int64), len(jpegs))
+  dataset = tf.data.Dataset.from_tensor_slices((tf.constant(jpegs), seeds)).map(
+      lambda image, seed: ops.apply(steps, {'image': image}, seed)['image'])
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 1
+  options.threading.max_intra_op_parallelism = 1
+  options.autotune.enabled = False
+  dataset = dataset.with_options(options)
+  ms = timing.time_ms(lambda: [None for _ in dataset], warmup=args.warmup, repeats=args.windows)
+  return {'pp': f'decode|inception_crop({size}) on one core', 'images': len(jpegs),
+          'images_per_second': round(len(jpegs) / ms * 1e3, 1)}
 
 
 def main(argv=None):
@@ -95,19 +128,28 @@ def main(argv=None):
       args.warmup < 0 or not 0 < args.min_side <= args.max_side):
     parser.error('sizes, counts and --min-side <= --max-side must be >= 1, --warmup >= 0')
   tail = f'value_range(-1, 1)|onehot({NUM_CLASSES})|keep("image", "labels")'
-  pps = {'randaug': f'decode|inception_crop({args.size})|flip_lr|randaug(2, 20)|{tail}',
-         'no_randaug': f'decode|inception_crop({args.size})|flip_lr|{tail}'}
+  crop = f'inception_crop({args.size})'
+  pps = {'randaug': f'decode|{crop}|flip_lr|randaug(2, 20)|{tail}',
+         'no_randaug': f'decode|{crop}|flip_lr|{tail}',
+         'crop_uint8': f'decode|{crop}|keep("image", "label")',
+         'full_decode': f'decode|keep("image", "label")|{crop}|flip_lr|{tail}'}
   with tempfile.TemporaryDirectory() as directory:
     config, images = make_dataset(directory, args)
     rows = {name: images_per_second(config, pp, args) for name, pp in pps.items()}
+    rows['floor'] = floor(images.pop('jpegs'), args.size, args)
   # data/ loaded TensorFlow after base/no_keras.py; a top-level import would come first, with Keras.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   result = {
       'images_per_second': {name: row['images_per_second'] for name, row in rows.items()},
+      'images_per_second_per_vcpu': {name: row.get('images_per_second_per_vcpu',
+                                                   row['images_per_second'])
+                                     for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
                 f'{args.warmup} untimed windows; {reader.parallel_calls()} parallel map calls '
-                '(data.reader.parallel_calls), tf.data autotuning off',
+                '(data.reader.parallel_calls), tf.data autotuning off; per vCPU: divided by '
+                'them; floor: one tf.data thread over the JPEGs in memory, median of '
+                f'{args.windows} passes',
       'machine': {**host.host(), 'tensorflow': tf.__version__},
   }
   print(json.dumps({'benchmark': 'input_pipeline', **result['images_per_second']}), flush=True)

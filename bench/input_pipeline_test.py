@@ -17,6 +17,10 @@ def test_tiny_run_writes_its_result(tmp_path, capsys):
   assert saved['images']['num_images'] == 12
   assert 'randaug(2, 20)' in saved['rows']['randaug']['pp']
   assert 'randaug' not in saved['rows']['no_randaug']['pp']
+  assert set(saved['rows']) == {'randaug', 'no_randaug', 'crop_uint8', 'full_decode', 'floor'}
+  assert saved['rows']['crop_uint8']['pp'].endswith('keep("image", "label")')
+  assert all(rate > 0 for rate in saved['images_per_second_per_vcpu'].values())
+  assert 'jpegs' not in saved['images']
   assert {'cpu_model', 'cpu_flags', 'tensorflow'} <= set(saved['machine'])
 
 
