@@ -114,8 +114,8 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
   defaults of moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index,
   experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better),
   C = round(c T / E) with halves to even, and the sparsity solver's steps and start for this c
-  (router.sparsity_solver_defaults). router='dense' gives a dense ViT (num_experts=0; its router
-  block is ignored). docs/fidelity.md traces every value.
+  (router.sparsity_solver_defaults). router='dense' gives a dense ViT: num_experts=0 and no
+  router block (moe.router None). docs/fidelity.md traces every value.
 
   capacity: c (k for token choice), one of the paper's (base/published.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
@@ -126,25 +126,25 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
                            f'{published.CAPACITIES}; use the config argument c=1 or c=2, or '
                            f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
                            'outside the paper\'s grid.')
-  name = router_lib.PAPER_ROUTERS[0] if router == router_names.DENSE else router
+  if router == router_names.DENSE:   # The ViT without MoE layers: no router, no router block.
+    config = experiment_lib.config_block(moe_lib.MoeConfig(num_experts=0, group_size=group_size,
+                                                           router=None))
+    config.router = None
+    return config
   try:
-    # A dense model's router block is ignored; it has the same keys, built as the first paper
-    # router's and named 'dense', so that --config.moe.router.KEY overrides work alike.
     registry.import_router_module(router_module)
     router_config = router_lib.RouterConfig(
-        name=name,
+        name=router,
         capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
-        module=router_module, **registry.get(name).presets)
+        module=router_module, **registry.get(router).presets)
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
     raise errors.UserError(
         f'{e} (Or {router_names.DENSE!r}: the ViT without MoE layers.)') from None
-  config = experiment_lib.config_block(moe_lib.MoeConfig(
-      num_experts=0 if router == router_names.DENSE else num_experts,
+  return experiment_lib.config_block(moe_lib.MoeConfig(
+      num_experts=num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
       router=router_config))
-  config.router.name = router
-  return config
 
 
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,

@@ -81,7 +81,7 @@ def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
   routed = load(name.replace('dense', 'softmax_tc')).to_dict()
   differences = {k for k in config.to_dict() if config.to_dict()[k] != routed[k]}
   assert differences == {'moe'}     # Same recipe, data, model, evaluation and mesh.
-  assert config.moe.num_experts == 0 and config.moe.router.name == router_names.DENSE
+  assert config.moe.num_experts == 0 and config.moe.router is None     # No router block.
   assert parse(config).router_name == router_names.DENSE
   params = build_abstract(config)
   assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())

@@ -34,6 +34,14 @@ def parse_flags(argv: list[str]) -> list[str]:
     remaining = flags.FLAGS(argv)
     _load_config_files(flags.FLAGS)
     return remaining
+  except ValueError as e:
+    # ml-collections' override of a key under a block that is None (the dense ViT's moe.router).
+    if 'can not be applied because field' not in str(e) or _innermost_user_error(e):
+      raise
+    field = str(e).split('field "', 1)[1].split('"', 1)[0]
+    raise errors.UserError(f'{str(e).split(" can not", 1)[0]}: the config has no {field} block '
+                           f'(a dense ViT, router=dense, has no router); drop the override.'
+                           ) from e
   except OSError as e:       # A config file that cannot be loaded (missing, unreadable).
     what = str(e).strip().splitlines()[-1].strip()
     raise errors.UserError(f'cannot load the config file: {what}; give an existing one, e.g. '
