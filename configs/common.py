@@ -133,18 +133,22 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
     return config
   try:
     registry.import_router_module(router_module)
-    router_config = router_lib.RouterConfig(
-        name=router,
-        capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
-        module=router_module, **registry.get(router).presets)
+    spec = registry.get(router)
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
     raise errors.UserError(
         f'{e} (Or {router_names.DENSE!r}: the ViT without MoE layers.)') from None
-  return experiment_lib.config_block(moe_lib.MoeConfig(
-      num_experts=num_experts,
+  # Blocks built unchecked: parse builds (and checks) the MoeConfig and its RouterConfig once.
+  # Fields that RouterConfig resolves (the solver's steps for this c, the combine's noise) stay
+  # placeholders until then.
+  router_block = experiment_lib.config_block(
+      router_lib.RouterConfig, name=router,
+      capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
+      module=router_module, options=dict(spec.options), **spec.presets)
+  return experiment_lib.config_block(
+      moe_lib.MoeConfig, num_experts=num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
-      router=router_config))
+      router=router_block)
 
 
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,

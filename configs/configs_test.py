@@ -129,10 +129,11 @@ def test_paper_config_validates_and_builds(name):
   config2 = load(name, 'c=2')
   parse(config2)
   assert config2.moe.router.capacity_factor == 2 and config2.config_arg == 'c=2,runlocal=False'
-  solver = lambda c: (c.moe.router.sparsity_steps, c.moe.router.sparsity_warm_start)
+  # The solver's steps and start are the parsed router's (the config leaves them to parse).
+  solver = lambda c: (parse(c).moe.router.sparsity_steps, parse(c).moe.router.sparsity_warm_start)
   assert solver(config) == (5, 10) and solver(config2) == (10, 0)
+  assert config.moe.router.sparsity_steps is None
   config2.moe.router.capacity_factor, config2.config_arg = 1.0, config.config_arg
-  config2.moe.router.sparsity_steps, config2.moe.router.sparsity_warm_start = solver(config)
   assert config2.to_dict() == config.to_dict()
 
   local = load(name, 'c=2,runlocal=True')       # The CPU mode: a 'mu' model, 2 steps.
@@ -215,7 +216,7 @@ def test_router_presets_follow_the_reference(name):
   routers = [name.split('_', 1)[1]] if name != 'tiny' else list(router_lib.PAPER_ROUTERS)
   for router in routers:
     config = load(name) if name != 'tiny' else load('tiny', f'router={router}')
-    moe = config.moe
+    moe = parse(config).moe     # The router as parsed, its config's presets resolved.
     noisy = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec')
     assert moe.router.noise_std == (1.0 if router in noisy else 0.0)
     losses = 0.005 if router == 'softmax_tc' else 0.0
@@ -419,8 +420,8 @@ def test_section_defaults_are_the_configs():
   # The configs build their sections from the dataclasses: a section's defaults are the values
   # every config uses unless it says otherwise.
   config = load('tiny', 'router=sparsity_ec')
-  assert (config.moe.router.sparsity_steps, config.moe.router.sparsity_warm_start,
-          config.moe.router.sparsity_memory) == (5, 10, 3)
+  router = parse(config).moe.router    # The solver's steps and start resolved for c = 1.
+  assert (router.sparsity_steps, router.sparsity_warm_start, router.sparsity_memory) == (5, 10, 3)
   assert tuple(config.fewshot.shots) == (10,) and config.fewshot.seeds == 3
 
 

@@ -391,12 +391,17 @@ def _mapping_as_dict(value) -> dict:
   raise TypeError(f'{type(value).__name__} is not JSON serializable')
 
 
-def config_block(section) -> mlc.ConfigDict:
+def config_block(section, **given) -> mlc.ConfigDict:
   """A section dataclass as a config block: every field, nested sections as blocks, and None
-  fields as typed placeholders (so that --config.KEY=VALUE can set them)."""
+  fields as typed placeholders (so that --config.KEY=VALUE can set them). `section` is an
+  instance, or a class with `given` values over its defaults: a block built unchecked, which
+  `parse` checks once, as it builds the section (the configs build the router's this way)."""
   values = {}
   for field in dataclasses.fields(section):
-    value = getattr(section, field.name)
+    if isinstance(section, type):
+      value = given[field.name] if field.name in given else _default(field)
+    else:
+      value = getattr(section, field.name)
     if dataclasses.is_dataclass(value):
       value = config_block(value)
     elif isinstance(value, Mapping):   # A router's options: a block of its own.
@@ -405,6 +410,14 @@ def config_block(section) -> mlc.ConfigDict:
       value = mlc.config_dict.placeholder(_optional_type(field.type))
     values[field.name] = value
   return mlc.ConfigDict(values)
+
+
+def _default(field: dataclasses.Field):
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  raise errors.UserError(f'the config block lacks {field.name}, which has no default.')
 
 
 def _optional_type(annotation) -> type:
