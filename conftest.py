@@ -154,9 +154,9 @@ def hard_deadline():
 def once_per_session(tmp_path_factory):
   """once(name, compute) -> compute()'s JSON-able result, computed once per test session.
 
-  For results that cost minutes of subprocesses (vmoe/train/multidevice_test.py, main_test.py). Under
-  pytest-xdist every worker that gets a test needing the result asks for it: the first to take a
-  lock in the session's shared temporary directory computes it and leaves it there as NAME.json;
+  For results that cost minutes of subprocesses (vmoe/train/multidevice_test.py, main_test.py).
+  Under pytest-xdist every worker that gets a test needing the result asks for it: the first to take
+  a lock in the session's shared temporary directory computes it and leaves it there as NAME.json;
   the others wait for the lock and read it. A result computed in process would keep the waiting
   workers idle: it belongs in a session fixture instead, whose tests carry one
   pytest.mark.xdist_group, which `make test`'s --dist loadgroup runs on one worker

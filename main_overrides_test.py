@@ -103,7 +103,8 @@ CONFIG_FILES = st.one_of(
 @hypothesis.example('configs/tiny.py', [('batch_size', '\r')])    # Echoed, it split the line.
 @hypothesis.example('configs/no_such_config.py', [])
 @hypothesis.example('configs/tiny.py', [('schedule.peak_lr', 'nan')])
-@hypothesis.example('configs/b32_dense.py:runlocal=True', [('moe.router.capacity_factor', '0')])  # No router.
+# A dense config has no router block.
+@hypothesis.example('configs/b32_dense.py:runlocal=True', [('moe.router.capacity_factor', '0')])
 def test_any_command_line_parses_or_is_one_error_line(config_file, overrides):
   status = assert_parses_or_one_error_line([f'{CONFIG}={config_file}', *(
       f'{CONFIG}.{key}={value}' for key, value in overrides)])
