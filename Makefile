@@ -97,6 +97,7 @@ bench: install
 	$(PY) -m bench.sparsity_solver --logits bench/data/router_logits_tiny.npz \
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
+	$(PY) -m bench.device_augment --out bench/results/device_augment.json
 	$(PY) -m bench.report
 
 sweep: install
