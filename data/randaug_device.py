@@ -17,7 +17,9 @@ computations instead, each of them an identity for the images whose op it does n
   3. one 3x3 projective matrix per image (Rotate, ShearX/Y, TranslateX/Y; the identity for other
      ops) applied with nearest sampling, together with the Cutout mask (empty for other ops).
 Each image gets exactly its chosen op, whatever the order of the three: the others leave it as it
-is, bit for bit. A layer's cost does not depend on the ops drawn: two gathers per pixel (the
+is, bit for bit. A table or degenerate image that no image of the batch drew is not computed (one
+lax.cond a computation over the whole batch, `_if_drawn`): at small per-device batches most ops
+go undrawn in a layer. A layer's cost does not depend on the ops drawn: two gathers per pixel (the
 tables, the warp), Equalize's histograms as one scatter-add over the batch, a 3x3 smoothing, and
 elementwise selects. `distort` scans over the layers, so one layer is compiled whatever their
 number.
@@ -371,15 +373,25 @@ def apply_op(images: jax.Array, op, level: float, sign=None, centre=None) -> jax
   raise ValueError(f'Unknown RandAugment op {op!r}; the ops are {NAMES}.')
 
 
+def _if_drawn(op: jax.Array, name: str, compute):
+  """compute() where some image of the batch drew op `name`, else zeros of its shape: a table
+  or degenerate image that no image selects is not computed (one lax.cond a computation over the
+  whole batch, not a switch per image)."""
+  shape = jax.eval_shape(compute)
+  return jax.lax.cond(jnp.any(op == INDEX[name]), compute,
+                      lambda: jnp.zeros(shape.shape, shape.dtype))
+
+
 def apply_layer(images: jax.Array, draws: Draws, level: float) -> jax.Array:
   """One RandAugment layer: image b gets op draws.op[b] with its draws, as `apply_op` would give,
   computed as three batched computations (lookup tables, blends, one warp with the Cutout mask)."""
   _check(images)
   _, h, w, _ = images.shape
   op = draws.op
-  luts = {name: fn(images, level) for name, fn in LUTS.items()}
+  luts = {name: _if_drawn(op, name, lambda fn=fn: fn(images, level)) for name, fn in LUTS.items()}
   images = _apply_lut(images, _select(op, luts, _IDENTITY, ndim=3))
-  degenerates = {name: fn(images) for name, fn in DEGENERATES.items()}
+  degenerates = {name: _if_drawn(op, name, lambda fn=fn, x=images: fn(x))
+                 for name, fn in DEGENERATES.items()}
   blended = _blend(_select(op, degenerates, 0.0, ndim=4), images, _factor(level))
   images = jnp.where(_batch_shape(_covers(op, DEGENERATES), 4), blended, images)
   matrices = {name: fn(level, draws.sign, h, w) for name, fn in MATRICES.items()}
