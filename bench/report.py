@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Sequence
 
+from base import atomic
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, 'bench', 'results')
 DOC = os.path.join(REPO, 'docs', 'benchmarks.md')
@@ -119,8 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       return 1
     return 0
   if current != doc:
-    with open(DOC, 'w', encoding='utf-8') as f:
-      f.write(current)
+    atomic.write_text(DOC, current)
   print(DOC)
   return 0
 

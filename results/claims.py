@@ -60,6 +60,7 @@ seed spread to judge it by.
 """
 import argparse
 import dataclasses
+import functools
 import math
 import sys
 from typing import Callable, Sequence
@@ -129,11 +130,7 @@ class Verdict:
   @property
   def p_blocked(self) -> float | None:
     """Exploratory: the two-sided p of the margin on the seed-blocked spread (blocked_spread)."""
-    if self.stderr_blocked is None or self.df_blocked is None:
-      return None
-    if self.stderr_blocked == 0:
-      return 0.0 if self.margin else 1.0
-    return stats_lib.two_sided_p(self.margin / self.stderr_blocked, self.df_blocked)
+    return _two_sided_p(self.margin, self.stderr_blocked, self.df_blocked)
 
   @property
   def holds(self) -> bool:
@@ -142,11 +139,7 @@ class Verdict:
   @property
   def p(self) -> float | None:
     """The unadjusted two-sided p of the margin's t statistic."""
-    if self.stderr is None or self.df is None:
-      return None
-    if self.stderr == 0:
-      return 0.0 if self.margin else 1.0
-    return stats_lib.two_sided_p(self.margin / self.stderr, self.df)
+    return _two_sided_p(self.margin, self.stderr, self.df)
 
   @property
   def threshold(self) -> float | None:
@@ -172,6 +165,15 @@ class Verdict:
     if self.holds:
       return 'shown' if p < ALPHA else 'not shown'
     return 'opposite shown' if p * self.chosen_among < ALPHA else 'not shown'
+
+
+def _two_sided_p(margin: float, stderr: float | None, df: int | None) -> float | None:
+  """The two-sided p of margin / stderr on df degrees of freedom (None without a spread)."""
+  if stderr is None or df is None:
+    return None
+  if stderr == 0:
+    return 0.0 if margin else 1.0
+  return stats_lib.two_sided_p(margin / stderr, df)
 
 
 def _holm_adjusted(verdicts: list[Verdict]) -> list[Verdict]:
@@ -202,6 +204,7 @@ def _means(left: Sequence[Stat], right: Sequence[Stat]) -> float:
           + sum(1 / s.n for s in right) / len(right) ** 2)
 
 
+@functools.cache
 def _expected_range(count: int) -> float:
   """E[max - min] of `count` independent standard normals (1.128 for 2, 1.693 for 3): the range
   of equal routers' means, in units of one mean's standard error. Claim 4's margin subtracts

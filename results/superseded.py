@@ -10,6 +10,8 @@ import json
 import os
 import re
 
+from base import errors
+
 FILE = 'superseded.json'
 MARK = '\u2020'   # The dagger beside a superseded row.
 
@@ -19,10 +21,14 @@ def load(runs_dir: str) -> dict[tuple[str, float], str]:
   path = os.path.join(runs_dir, FILE)
   if not os.path.exists(path):
     return {}
-  with open(path, encoding='utf-8') as f:
-    entries = json.load(f)
-  return {(e['router'], float(e['capacity'])): f'{e["reason"]}; rerun: {e["rerun"]}'
-          for e in entries}
+  try:
+    with open(path, encoding='utf-8') as f:
+      entries = json.load(f)
+    return {(e['router'], float(e['capacity'])): f'{e["reason"]}; rerun: {e["rerun"]}'
+            for e in entries}
+  except (ValueError, KeyError, TypeError) as e:
+    raise errors.UserError(f'{path} is not a list of {{"router", "capacity", "reason", '
+                           f'"rerun"}} objects ({e!r}); fix or remove it.') from None
 
 
 def involved(superseded: dict, detail: str, capacity: float | None) -> list[str]:

@@ -9,13 +9,14 @@ exits 1 if any survived. It costs a pytest process per mutation (a few minutes i
 a tool to run by hand after changing routing code or its tests, not part of the suite.
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from typing import NamedTuple
+
+from base import atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,8 +117,7 @@ def main() -> int:
       print(f'{"caught  " if r["caught"] else "SURVIVED"} {r["mutation"]} ({r["file"]}): '
             f'{", ".join(r["failing"]) or "no test failed"}', flush=True)
   if args.out:
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=1)
+    atomic.write_json(args.out, results)
   return 0 if all(r['caught'] for r in results) else 1
 
 
