@@ -5,10 +5,13 @@ step, timed in one process (a benchmark, not a test).
 
 Rows, timed in interleaved rounds (bench/step.py): the ImageNet-1k rung's training step
 (VMoE-S/32, Softmax Token Choice at c = 1, configs/ilsvrc_s32.py; on CPU 8 images and E = 4, as
-bench/paper_step.py), and the augmentation of the same number of 224 px uint8 images as the host
-would ship them: flip, RandAugment (2 layers at the rung's magnitude 10, and at V-MoE's
-ImageNet-21k magnitude 20), value range and one-hot. `share` is the augmentation's time over the
-step's; the target is at most 5% (issue 51).
+bench/paper_step.py) on the host path (float32 batches); then, for RandAugment at the rung's
+magnitude 10 and at V-MoE's ImageNet-21k magnitude 20, the pp's tail alone (flip, RandAugment
+(2, m), value range, one-hot: data/device_augment.py run_tail) on the same number of 224 px uint8
+images as the host ships them, and the rung's step on the device path (data.augment_on =
+'device': that tail inside the step). `share` is the tail's time over the host-path step's, the
+target at most 5% (issue 51); `step_share` is the device-path step's over the host-path step's,
+less 1.
 """
 import argparse
 import functools
@@ -25,53 +28,83 @@ from bench import paper_step
 from bench import step
 from bench import timing
 from data import device_augment
+from data import device_split
 
 TARGET_SHARE = 0.05
 MAGNITUDES = (10, 20)
 
 
 class Augmenter:
-  """The jitted augmentation of `batch` images of the step's shape and classes."""
+  """The jitted tail of `pp` (data/device_augment.py run_tail) on `batch` synthetic shipped
+  examples of an image of `image_shape` and `num_classes` classes."""
 
-  def __init__(self, batch: int, image_shape: tuple, num_classes: int, magnitude: float):
-    self.magnitude = magnitude
+  def __init__(self, pp: str, batch: int, image_shape: tuple, num_classes: int):
+    self.split = device_split.split(pp)
     rng = np.random.default_rng(0)
-    self.images = jnp.asarray(rng.integers(0, 256, (batch,) + image_shape), jnp.uint8)
-    self.labels = jnp.asarray(rng.integers(0, num_classes, batch), jnp.int32)
-    self.keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(batch))
-    self.fn = jax.jit(functools.partial(device_augment.augment, num_classes=num_classes,
-                                        num_layers=2, magnitude=magnitude))
+    self.batch = {'image': jnp.asarray(rng.integers(0, 256, (batch,) + image_shape), jnp.uint8),
+                  'label': jnp.asarray(rng.integers(0, num_classes, batch), jnp.int32),
+                  device_split.AUGMENT_KEY: jax.vmap(jax.random.PRNGKey)(jnp.arange(batch))}
+    self.fn = jax.jit(functools.partial(device_augment.run_tail, self.split))
 
   def __call__(self):
-    return self.fn(self.images, self.labels, self.keys)['image']
+    return self.fn(self.batch)['image']
 
   def round(self, steps: int, warmup: int) -> dict:
     return {'augment_ms': timing.time_ms(self, warmup=warmup, repeats=steps)}
 
 
+def _randaug(pp: str) -> str:
+  """The randaug op of a pp string, as written."""
+  found = [op for op in pp.split('|') if op.startswith('randaug(')]
+  if len(found) != 1:
+    raise ValueError(f'the rung\'s pp_train should hold one randaug op: {pp!r}')
+  return found[0]
+
+
 def run(args) -> dict:
-  stepper = step.Stepper(paper_step.paper_config(
-      published.RUNG_ARCH, 'softmax_tc', 'float32', args.per_device_batch, None))
-  e = stepper.experiment
-  augmenters = [Augmenter(e.batch_size, e.model.image_shape[:2] + (3,), e.model.num_classes, m)
-                for m in MAGNITUDES]
-  timers = [functools.partial(step.one_round, stepper, args.steps, args.warmup)] + [
-      functools.partial(a.round, args.steps, args.warmup) for a in augmenters]
+  def config(augment_on: str, magnitude: int | None = None):
+    rung = lambda overrides=None: paper_step.paper_config(
+        published.RUNG_ARCH, 'softmax_tc', 'float32', args.per_device_batch, None,
+        augment_on=augment_on, overrides=overrides)
+    if magnitude is None:
+      return rung()
+    return rung({'data.pp_train': _with_magnitude(rung().data.pp_train, magnitude)})
+
+  host = step.Stepper(config('host'))
+  devices = [step.Stepper(config('device', m)) for m in MAGNITUDES]
+  e = host.experiment
+  augmenters = [Augmenter(d.experiment.data.pp_train, e.batch_size, e.model.image_shape,
+                          e.model.num_classes) for d in devices]
+  timers = ([functools.partial(step.one_round, s, args.steps, args.warmup)
+             for s in [host] + devices] +
+            [functools.partial(a.round, args.steps, args.warmup) for a in augmenters])
   times = timing.interleaved(timers, args.rounds)
-  step_ms = statistics.median(times[0]['step_ms'])
-  rows = [{**stepper.fields, 'step_ms': round(step_ms, 3)}]
-  for augmenter, found in zip(augmenters, times[1:]):
-    augment_ms = statistics.median(found['augment_ms'])
-    rows.append({'augmentation': f'flip|randaug(2, {augmenter.magnitude:g})|value_range|onehot',
-                 'images': e.batch_size, 'augment_ms': round(augment_ms, 3),
+  median = lambda found, name: statistics.median(found[name])
+  step_ms = median(times[0], 'step_ms')
+  rows = [{**host.fields, 'step_ms': round(step_ms, 3)}]
+  for device, augmenter, device_times, augment_times in zip(
+      devices, augmenters, times[1:1 + len(devices)], times[1 + len(devices):]):
+    augment_ms, device_ms = median(augment_times, 'augment_ms'), median(device_times, 'step_ms')
+    tail = '|'.join(op.spec for op in augmenter.split.tail)
+    rows.append({**device.fields, 'tail': tail, 'images': e.batch_size,
+                 'augment_ms': round(augment_ms, 3),
                  'ms_per_image': round(augment_ms / e.batch_size, 3),
-                 'share': round(augment_ms / step_ms, 4), 'target': TARGET_SHARE,
+                 'share': round(augment_ms / step_ms, 4), 'step_ms': round(device_ms, 3),
+                 'step_share': round(device_ms / step_ms - 1, 4), 'target': TARGET_SHARE,
                  'meets_target': augment_ms / step_ms <= TARGET_SHARE})
   return {'machine': timing.machine(), 'rows': rows,
-          'method': f'{args.rounds} interleaved rounds; per round, the step as bench/step.py '
-                    f'times it ({args.warmup} untimed, median of {args.steps}) and each '
-                    f'augmentation ({args.warmup} untimed, median of {args.steps}); medians over '
-                    'rounds'}
+          'method': f'{args.rounds} interleaved rounds; per round, the host-path step and each '
+                    f'device-path step as bench/step.py times them ({args.warmup} untimed, '
+                    f'median of {args.steps}), and each tail alone ({args.warmup} untimed, '
+                    f'median of {args.steps}); medians over rounds. share: the tail alone over '
+                    'the host-path step; step_share: the device-path step over the host-path '
+                    'step, less 1'}
+
+
+def _with_magnitude(pp: str, magnitude: int) -> str:
+  """pp with its randaug's magnitude set to `magnitude` (the layers kept)."""
+  layers = _randaug(pp)[len('randaug('):].split(',')[0]
+  return pp.replace(_randaug(pp), f'randaug({layers}, {magnitude})')
 
 
 def main(argv=None) -> int:
@@ -88,8 +121,9 @@ def main(argv=None) -> int:
   result = run(args)
   atomic.write_json(args.out, result)
   for row in result['rows'][1:]:
-    print(f'{row["augmentation"]}: {row["augment_ms"]} ms for {row["images"]} images, '
-          f'{100 * row["share"]:.1f}% of the step ({result["rows"][0]["step_ms"]} ms)')
+    print(f'{row["tail"]}: {row["augment_ms"]} ms for {row["images"]} images, '
+          f'{100 * row["share"]:.1f}% of the step ({result["rows"][0]["step_ms"]} ms); the '
+          f'device-path step {row["step_ms"]} ms ({100 * row["step_share"]:+.1f}%)')
   return 0
 
 

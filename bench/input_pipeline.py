@@ -6,11 +6,14 @@ Writes an ImageNet-21k archive of random photo-sized JPEGs (default 300 of 320..
 about 100 kB each, near ImageNet's average of about 110 kB, so decoding costs what photos cost),
 builds it with the ImageNet-21k TFDS builder, and times data.pipeline.make_train_iterator, in one
 run, on these pps:
-  randaug          V-MoE's ImageNet-21k training pp (decode|inception_crop|flip|RandAugment(2,
-                   20)|value range|one-hot) as the host runs it;
-  no_randaug       the same without RandAugment;
-  crop_uint8       decode|inception_crop and the label id alone: what is left to the host when
-                   the flip, RandAugment, value range and one-hot run on the accelerator;
+  randaug          the paper configs' training pp (V-MoE's ImageNet-21k: decode|inception_crop|
+                   flip|RandAugment(2, 20)|value range|one-hot), all of it on the host;
+  randaug_device   the same pp under data.augment_on='device' (the configs' setting): the host
+                   decodes the crop window and ships uint8 images, label ids and keys;
+  rung             the ImageNet-1k rung's training pp (RandAugment(2, 10)) on the host;
+  rung_device      the same on the device path (issue 51's target: >= 450 images/s a vCPU and
+                   within 1.25x of the floor; `targets` in the result);
+  no_randaug       V-MoE's pp without RandAugment, on the host;
   full_decode      no_randaug with the whole JPEG decoded before the crop (an op between decode
                    and inception_crop keeps them apart), as before the windowed decode;
 and the floor: one core decoding the same kind of windows (data/ops.py's fused decode and crop)
@@ -32,6 +35,8 @@ import tensorflow_datasets as tfds
 from base import atomic
 from base import host
 from bench import timing
+from configs import common
+from configs import ilsvrc_s32
 from data import config as data_config
 from data import imagenet21k
 from data import ops
@@ -39,6 +44,8 @@ from data import pipeline
 from data import reader
 
 NUM_CLASSES = 21_843       # V-MoE's ImageNet-21k head.
+TARGET_PER_VCPU = 450      # Issue 51: the rung's pp on the device path, images/s a vCPU ...
+TARGET_OF_FLOOR = 1.25     # ... and within 1.25x of the floor.
 SYNSETS = 10
 
 
@@ -81,17 +88,19 @@ def make_dataset(directory: str, args) -> tuple[data_config.DataConfig, dict]:
                   'jpegs': [data for synset in images.values() for _, data in synset]}
 
 
-def images_per_second(config, pp: str, args) -> dict:
+def images_per_second(config, pp: str, args, augment_on: str = 'host') -> dict:
   """Images/second of the median timed window (--window-batches batches) after --warmup, and per
-  vCPU (the pipeline's parallel calls, one core each)."""
-  iterator = pipeline.make_train_iterator(dataclasses.replace(config, pp_train=pp),
-                                          batch_size=args.batch_size, seed=0)
+  vCPU (the pipeline's parallel calls, one core each), with the pp's tail run where augment_on
+  says (data.augment_on: 'device' ships uint8 images, label ids and keys)."""
+  iterator = pipeline.make_train_iterator(
+      dataclasses.replace(config, pp_train=pp, augment_on=augment_on),
+      batch_size=args.batch_size, seed=0)
   window = lambda: [next(iterator) for _ in range(args.window_batches)]
   ms = timing.time_ms(window, warmup=args.warmup, repeats=args.windows)
   rate = args.window_batches * args.batch_size / ms * 1e3
   calls = reader.parallel_calls()
-  return {'pp': pp, 'images_per_second': round(rate, 1), 'parallel_calls': calls,
-          'images_per_second_per_vcpu': round(rate / calls, 1)}
+  return {'pp': pp, 'augment_on': augment_on, 'images_per_second': round(rate, 1),
+          'parallel_calls': calls, 'images_per_second_per_vcpu': round(rate / calls, 1)}
 
 
 def floor(jpegs: list[bytes], size: int, args) -> dict:
@@ -112,6 +121,23 @@ def floor(jpegs: list[bytes], size: int, args) -> dict:
           'images_per_second': round(len(jpegs) / ms * 1e3, 1)}
 
 
+def training_pps() -> tuple[str, str]:
+  """The training pp strings of the paper's configs (V-MoE's ImageNet-21k: RandAugment (2, 20))
+  and of the ImageNet-1k rung (RandAugment (2, 10)), at 224 px."""
+  return (common.get_paper_config('B/32', 'softmax_tc').data.pp_train,
+          ilsvrc_s32.rung_config('softmax_tc', 1.0).data.pp_train)
+
+
+def targets(rows: dict) -> dict:
+  """Issue 51's host targets for the rung's pp on the device path: at least TARGET_PER_VCPU
+  images/s a vCPU, and within TARGET_OF_FLOOR of the floor measured in the same run."""
+  per_vcpu = rows['rung_device']['images_per_second_per_vcpu']
+  of_floor = rows['floor']['images_per_second'] / per_vcpu
+  return {'rung_device_per_vcpu': per_vcpu, 'per_vcpu_target': TARGET_PER_VCPU,
+          'floor_over_rung_device': round(of_floor, 3), 'of_floor_target': TARGET_OF_FLOOR,
+          'meets_targets': per_vcpu >= TARGET_PER_VCPU and of_floor <= TARGET_OF_FLOOR}
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--images', type=int, default=300)
@@ -127,15 +153,17 @@ def main(argv=None):
   if min(args.images, args.size, args.batch_size, args.windows, args.window_batches) < 1 or (
       args.warmup < 0 or not 0 < args.min_side <= args.max_side):
     parser.error('sizes, counts and --min-side <= --max-side must be >= 1, --warmup >= 0')
+  paper, rung = (pp.replace('224', str(args.size)) for pp in training_pps())
   tail = f'value_range(-1, 1)|onehot({NUM_CLASSES})|keep("image", "labels")'
   crop = f'inception_crop({args.size})'
-  pps = {'randaug': f'decode|{crop}|flip_lr|randaug(2, 20)|{tail}',
-         'no_randaug': f'decode|{crop}|flip_lr|{tail}',
-         'crop_uint8': f'decode|{crop}|keep("image", "label")',
-         'full_decode': f'decode|keep("image", "label")|{crop}|flip_lr|{tail}'}
+  pps = {'randaug': (paper, 'host'), 'randaug_device': (paper, 'device'),
+         'rung': (rung, 'host'), 'rung_device': (rung, 'device'),
+         'no_randaug': (f'decode|{crop}|flip_lr|{tail}', 'host'),
+         'full_decode': (f'decode|keep("image", "label")|{crop}|flip_lr|{tail}', 'host')}
   with tempfile.TemporaryDirectory() as directory:
     config, images = make_dataset(directory, args)
-    rows = {name: images_per_second(config, pp, args) for name, pp in pps.items()}
+    rows = {name: images_per_second(config, pp, args, augment_on)
+            for name, (pp, augment_on) in pps.items()}
     rows['floor'] = floor(images.pop('jpegs'), args.size, args)
   # data/ loaded TensorFlow after base/no_keras.py; a top-level import would come first, with Keras.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -145,6 +173,7 @@ def main(argv=None):
                                                    row['images_per_second'])
                                      for name, row in rows.items()},
       'rows': rows, 'images': images, 'batch_size': args.batch_size, 'size': args.size,
+      'targets': targets(rows),
       'method': f'median over {args.windows} windows of {args.window_batches} batches after '
                 f'{args.warmup} untimed windows; {reader.parallel_calls()} parallel map calls '
                 '(data.reader.parallel_calls), tf.data autotuning off; per vCPU: divided by '

@@ -15,10 +15,17 @@ def test_tiny_run_writes_its_result(tmp_path, capsys):
   assert line['benchmark'] == 'input_pipeline' and line['randaug'] > 0 and line['no_randaug'] > 0
   saved = json.loads(out.read_text())
   assert saved['images']['num_images'] == 12
-  assert 'randaug(2, 20)' in saved['rows']['randaug']['pp']
-  assert 'randaug' not in saved['rows']['no_randaug']['pp']
-  assert set(saved['rows']) == {'randaug', 'no_randaug', 'crop_uint8', 'full_decode', 'floor'}
-  assert saved['rows']['crop_uint8']['pp'].endswith('keep("image", "label")')
+  rows = saved['rows']
+  assert 'randaug(2, 20)' in rows['randaug']['pp'] and 'randaug(2, 10)' in rows['rung']['pp']
+  assert 'randaug' not in rows['no_randaug']['pp']
+  assert set(rows) == {'randaug', 'randaug_device', 'rung', 'rung_device', 'no_randaug',
+                       'full_decode', 'floor'}
+  for name in ('randaug', 'rung'):
+    assert rows[f'{name}_device']['pp'] == rows[name]['pp']
+    assert (rows[name]['augment_on'], rows[f'{name}_device']['augment_on']) == ('host', 'device')
+  assert 'inception_crop(32)' in rows['rung']['pp']
+  assert saved['targets']['per_vcpu_target'] == 450 and saved['targets']['of_floor_target'] == 1.25
+  assert isinstance(saved['targets']['meets_targets'], bool)
   assert all(rate > 0 for rate in saved['images_per_second_per_vcpu'].values())
   assert 'jpegs' not in saved['images']
   assert {'cpu_model', 'cpu_flags', 'tensorflow'} <= set(saved['machine'])

@@ -71,8 +71,16 @@ def test_the_rung_times_its_own_recipe(tmp_path, monkeypatch):
                       lambda router, c: rung_config(router, c, runlocal=True))
   out = tmp_path / 'o.json'
   paper_step.main(['--archs', paper.RUNG_ARCH, '--routers', 'dense,softmax_tc',
-                   '--dtypes', 'float32', '--rounds', '1', '--out', str(out)])
-  dense, softmax_tc = json.loads(out.read_text())['rows']
+                   '--dtypes', 'float32', '--rounds', '1', '--augment-on', 'host,device',
+                   '--out', str(out)])
+  dense, dense_device, softmax_tc, softmax_tc_device = json.loads(out.read_text())['rows']
+  # On uint8 batches with the pp's tail in the step, beside the host path's float32 batches.
+  for host, device in ((dense, dense_device), (softmax_tc, softmax_tc_device)):
+    assert (host['augment_on'], device['augment_on']) == ('host', 'device')
+    assert device['augment_share'] == round(device['step_ms'] / host['step_ms'] - 1, 4)
+    assert device['augment_share_target'] == 0.03 and 'augment_share' not in host
+  assert softmax_tc_device['vs_dense'] == round(
+      softmax_tc_device['step_ms'] / dense_device['step_ms'], 3)
   assert (dense['router'], softmax_tc['router'], softmax_tc['capacity']) == (
       'dense', 'softmax_tc', 1.0)
   assert softmax_tc['num_experts'] == 4 and softmax_tc['per_device_batch'] == 8

@@ -49,6 +49,7 @@ class Stepper:
         'dispatch_dtype': e.moe.dispatch_dtype if router else None,
         'per_device_batch': per_device_batch, 'num_experts': e.moe.num_experts,
         'mesh': dict(self.program.mesh.shape), 'remat': e.model.remat,
+        'augment_on': e.data.augment_on,
         'num_params': self.program.num_params(),
         # The whole step's FLOPs before the backend's passes (XLA:GPU's compiled count misses
         # the matmuls cuBLAS runs): vmoe/train/flops.py.
@@ -58,16 +59,10 @@ class Stepper:
     self.state = self.batch = None
 
   def load(self):
-    """A fresh state and a synthetic batch (uniform images, random one-hot labels)."""
+    """A fresh state and a synthetic batch (synthetic_batch)."""
     e = self.experiment
-    rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (e.batch_size,) + e.model.image_shape).astype(np.float32)
-    # One-hot rows set directly: np.eye(21,843) alone would be a 1.9 GB matrix.
-    labels = np.zeros((e.batch_size, e.model.num_classes), np.float32)
-    labels[np.arange(e.batch_size), rng.integers(0, e.model.num_classes, e.batch_size)] = 1
     self.state = self.program.init_state(jax.random.PRNGKey(e.seed))
-    self.batch = sharding.put_batch({'image': images, 'labels': labels},
-                                    self.program.batch_sharding)
+    self.batch = sharding.put_batch(synthetic_batch(self.program), self.program.batch_sharding)
 
   def unload(self):
     """Drops the state, so that one stepper's state is alive at a time (L/16 on a small host)."""
@@ -81,6 +76,31 @@ class Stepper:
     """The optimizer's update alone, on the loaded state."""
     self.state = self.compiled_update(self.state)
     return self.state.step
+
+
+def synthetic_batch(program: train_program.TrainProgram) -> dict:
+  """A batch of the step's abstract batch: uniform float32 images and random one-hot labels, or
+  under data.augment_on = 'device' what the host ships (data/device_split.py): uniform uint8
+  images, random label ids and one key per example."""
+  rng = np.random.default_rng(0)
+  e = program.experiment
+  batch = {}
+  for key, spec in program.abstract_batch().items():
+    if key == 'image' and spec.dtype == np.float32:
+      batch[key] = rng.uniform(-1, 1, spec.shape).astype(np.float32)
+    elif key == 'image':
+      batch[key] = rng.integers(0, 256, spec.shape).astype(np.uint8)
+    elif spec.dtype == np.float32:
+      # One-hot rows set directly: np.eye(21,843) alone would be a 1.9 GB matrix.
+      batch[key] = np.zeros(spec.shape, np.float32)
+      batch[key][np.arange(spec.shape[0]), rng.integers(0, spec.shape[1], spec.shape[0])] = 1
+    elif spec.dtype == np.uint32:    # Raw keys, as jax.random.PRNGKey makes them.
+      batch[key] = np.asarray(jax.vmap(jax.random.PRNGKey)(np.arange(spec.shape[0])))
+    else:                            # Label ids (a multi-label list holds one id and padding).
+      ids = rng.integers(0, e.model.num_classes, spec.shape[:1]).astype(np.int32)
+      batch[key] = ids if len(spec.shape) == 1 else np.concatenate(
+          [ids[:, None], np.full((spec.shape[0], spec.shape[1] - 1), -1, np.int32)], axis=1)
+  return batch
 
 
 def one_round(stepper, steps: int, warmup: int) -> dict:
@@ -119,7 +139,7 @@ def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
   """Each MoE row with its step and FLOPs over the dense row of the same arch, dtype and batch
   (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT_MOE] for Soft
   MoE, targets['sparse'] for the others, each a (ratio's name, bound)."""
-  key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'])
+  key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'], r.get('augment_on'))
   dense = {key(r): r for r in rows if r['router'] == router_names.DENSE}
   out = []
   for r in rows:

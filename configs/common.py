@@ -196,7 +196,9 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       num_classes=IMAGENET21K_CLASSES,
       shuffle_buffer=250_000,             # V-MoE dataset.train.shuffle_buffer.
       cache=False,                        # 14M JPEGs do not fit in memory.
-      train_images=imagenet21k_splits.TRAIN_IMAGES)   # What num_train_steps counts; checked.
+      train_images=imagenet21k_splits.TRAIN_IMAGES,   # What num_train_steps counts; checked.
+      # The flip, RandAugment, value range and one-hot run on the accelerator (docs/data.md).
+      augment_on='device')
 
 
 def embedded_stand_in(config: mlc.ConfigDict) -> None:
@@ -205,7 +207,8 @@ def embedded_stand_in(config: mlc.ConfigDict) -> None:
   in seconds; `python -m data.prepare embedded`), so that the CPU mode needs no ImageNet."""
   size, num_classes = config.model.image_size, config.model.num_classes
   pp = f'decode(channels=3)|resize({size})|value_range(-1, 1)'
-  config.data = data_block(
+  augment_on = config.data.augment_on     # The paper data's: the stand-in runs the same path.
+  config.data = data_block(augment_on=augment_on,
       name='fashion_mnist', train_split='train[:512]', eval_split='test[:16]',
       pp_train=f'{pp}|{labels_pp(num_classes)}', pp_eval=f'{pp}|{labels_pp(num_classes)}',
       num_classes=num_classes, shuffle_buffer=512)

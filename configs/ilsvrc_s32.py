@@ -74,7 +74,8 @@ def rung_config(router: str, c: float, runlocal: bool = False,
                 f'value_range(-1, 1)|{labels}'),     # V-MoE: get_randaug('light1').
       pp_eval=eval_pp(labels), num_classes=NUM_CLASSES,
       shuffle_buffer=50_000,            # V-MoE: dataset.train.shuffle_buffer.
-      cache=False, train_images=TRAIN_IMAGES)
+      cache=False, train_images=TRAIN_IMAGES,
+      augment_on='device')              # The pp's tail on the accelerator (docs/data.md).
   config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=0.1))
   config.schedule = experiment_lib.config_block(optim.ScheduleConfig(peak_lr=3e-3,
                                                                      warmup_steps=10_000))

@@ -167,7 +167,8 @@ def test_a_run_on_mock_imagenet2012_reaches_its_summary(tmp_path, monkeypatch):
       name='imagenet2012', data_dir=str(tmp_path / 'tfds'), train_split='train[:99%]',
       eval_split='train[99%:]', num_classes=1000, shuffle_buffer=64,
       pp_train=f'decode|inception_crop(64)|flip_lr|randaug(2, 10)|value_range(-1, 1)|{labels}',
-      pp_eval=ilsvrc_s32.eval_pp(labels).replace('256', '73').replace('224', '64'))
+      pp_eval=ilsvrc_s32.eval_pp(labels).replace('256', '73').replace('224', '64'),
+      augment_on='device')   # The rung's: the flip, RandAugment and labels on the accelerator.
   real = config.data.pp_eval.replace(labels, 'multi_hot(1000, key="real_label", '
                                              'key_result="labels")|keep("image", "labels")')
   config.eval.sets = {'test': ('imagenet2012', 'validation', config.data.pp_eval),

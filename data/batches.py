@@ -34,13 +34,14 @@ class Batches:
   """Iterator of numpy batches of `batch_size` examples of `reader` in the sequence of `order`.
 
   order: an EpochOrder (endless) or a OnePass (which adds 'mask' when it has one).
-  select: keeps part of each processed example (None: all of it). identity: what the batches
+  select: fn(processed example, its seed) -> what to keep of it, e.g. data/shipping.py's (None:
+  all of it). identity: what the batches
   depend on besides the position (seed, batch size, ...); get_state() records it and set_state()
   refuses a state with another.
   """
 
   def __init__(self, reader: reader_lib.Reader, order: orders_lib.EpochOrder | orders_lib.OnePass,
-               batch_size: int, *, base_seed=(0, 0), select: Callable[[dict], dict] | None = None,
+               batch_size: int, *, base_seed=(0, 0), select: Callable[[dict, tf.Tensor], dict] | None = None,
                identity: dict | None = None):
     self.reader, self.order, self.batch_size = reader, order, batch_size
     self._base_seed = np.asarray(base_seed, np.int64)
@@ -59,8 +60,9 @@ class Batches:
     steps, base, select = self.reader.steps, tf.constant(self._base_seed), self._select
 
     def fn(t, example):
-      example = ops.apply(steps, example, tf.random.experimental.stateless_fold_in(base, t))
-      return select(example) if select else example
+      seed = tf.random.experimental.stateless_fold_in(base, t)
+      example = ops.apply(steps, example, seed)
+      return select(example, seed) if select else example
     return fn
 
   def dataset(self, start_batch: int) -> tf.data.Dataset:

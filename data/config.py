@@ -12,6 +12,8 @@ checks that need the data itself are sources.check_available's.
 """
 import dataclasses
 
+from data import device_split
+
 
 @dataclasses.dataclass(frozen=True)
 class DataSource:
@@ -43,7 +45,9 @@ class DataConfig(DataSource):
   pp_train / pp_eval: pp strings (data/ops.py) ending in float32 'image' and one-hot 'labels'.
   shuffle_buffer: the locality of the training order (data/pipeline.py; >= the split: a uniform
   permutation). train_images: the training split's size num_train_steps counts epochs of (checked by
-  sources.check_available); None counts no epochs.
+  sources.check_available); None counts no epochs. augment_on: where the pp strings' tails run
+  ('host', or 'device': the accelerator runs the flip, RandAugment, value range, one-hot and
+  keep at the end of every pp string, training, evaluation and few-shot; data/device_split.py).
   """
   train_split: str
   eval_split: str
@@ -52,8 +56,16 @@ class DataConfig(DataSource):
   num_classes: int
   shuffle_buffer: int
   train_images: int | None = None
+  augment_on: str = 'host'
 
   def __post_init__(self):
+    device_split.check_augment_on(self.augment_on)
+    if self.augment_on == 'device':
+      for name in ('pp_train', 'pp_eval'):
+        try:
+          device_split.split(getattr(self, name))
+        except ValueError as e:
+          raise ValueError(f'data.{name}: {e}') from None
     if self.num_classes < 1:
       raise ValueError(f'data.num_classes must be >= 1, got {self.num_classes}.')
     if self.shuffle_buffer < 1:

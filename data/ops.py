@@ -30,13 +30,13 @@ apart (the pipeline's data.cache keeps the examples after `decode`) runs the pla
 Labels. onehot(n) maps the int 'label' to a float32 one-hot 'labels'; multi_hot(n) maps the int
 list 'labels' (multilabel_records) to a float32 multi-hot 'labels'. Out-of-range ids fail.
 """
-import ast
 import dataclasses
 import inspect
 from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
+from data import pp_syntax
 from data import randaug as randaug_lib
 
 
@@ -57,10 +57,7 @@ class Step(NamedTuple):
 def build(pp: str) -> list[Step]:
   """Parses a pp string into steps, one per op; unknown names and bad arguments fail with what to
   change. A decode followed by inception_crop is marked fused (see Step)."""
-  if not isinstance(pp, str) or not pp.strip():
-    raise ValueError(f'empty preprocessing string {pp!r}; give ops joined by "|", e.g. '
-                     '"decode|value_range(-1, 1)|onehot(10)|keep(\'image\', \'labels\')".')
-  steps = [_parse_op(spec.strip(), pp, i) for i, spec in enumerate(pp.split('|'))]
+  steps = [_make_step(call, pp) for call in pp_syntax.parse(pp)]
   return [_fuse(step, following) for step, following in zip(steps, steps[1:] + [None])]
 
 
@@ -96,34 +93,17 @@ def _fuse(step: Step, following: Step | None) -> Step:
   return step
 
 
-def _parse_op(spec: str, pp: str, index: int) -> Step:
-  """'name' or 'name(literal args)' -> Step."""
+def _make_step(call: pp_syntax.OpCall, pp: str) -> Step:
+  """The step of one parsed op: its factory called with the op's arguments."""
+  if call.name not in OPS:
+    raise ValueError(f'unknown pp op {call.name!r} in {pp!r}; valid: {", ".join(sorted(OPS))}.')
+  factory, random = OPS[call.name]
   try:
-    node = ast.parse(spec, mode='eval').body
-  except SyntaxError:
-    node = None
-  if isinstance(node, ast.Name):
-    name, args, kwargs = node.id, [], {}
-  elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-    name = node.func.id
-    try:
-      args = [ast.literal_eval(a) for a in node.args]
-      kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-    except ValueError:
-      raise ValueError(f'pp op {spec!r} in {pp!r}: arguments must be Python literals '
-                       '(numbers, quoted strings, tuples).') from None
-  else:
-    raise ValueError(f'cannot parse pp op {spec!r} in {pp!r}; write name or name(args), '
-                     'e.g. inception_crop(224).')
-  if name not in OPS:
-    raise ValueError(f'unknown pp op {name!r} in {pp!r}; valid: {", ".join(sorted(OPS))}.')
-  factory, random = OPS[name]
-  try:
-    fn = factory(*args, **kwargs)
+    fn = factory(*call.args, **call.kwargs)
   except (TypeError, ValueError) as e:
-    raise ValueError(f'pp op {spec!r}: {e}; signature: '
-                     f'{name}{inspect.signature(factory)}.') from None
-  return Step(spec, name, fn, random, index)
+    raise ValueError(f'pp op {call.spec!r}: {e}; signature: '
+                     f'{call.name}{inspect.signature(factory)}.') from None
+  return Step(call.spec, call.name, fn, random, call.index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +321,7 @@ def value_range(vmin: float = -1, vmax: float = 1, in_min: float = 0, in_max: fl
 # Label and key ops.
 
 
-def _check_ids(ids: tf.Tensor, depth: int, op: str):
+def check_ids(ids: tf.Tensor, depth: int, op: str):
   """Fails (at run time) if a class id is outside [0, depth)."""
   tf.debugging.assert_non_negative(ids, message=f'{op}: negative class id')
   tf.debugging.assert_less(ids, tf.cast(depth, ids.dtype),
@@ -364,7 +344,7 @@ def onehot(depth: int, key: str = 'label', key_result: str = 'labels', on: float
     label = _label(example, key, 'onehot')
     if label.shape.rank != 0:
       raise ValueError(f'pp op onehot: {key!r} holds a list of ids; use multi_hot({depth}).')
-    _check_ids(label, depth, 'onehot')
+    check_ids(label, depth, 'onehot')
     return {**example, key_result: tf.one_hot(label, depth, on_value=on, off_value=off)}
   return op
 
@@ -376,7 +356,7 @@ def multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
 
   def op(example):
     ids = tf.reshape(_label(example, key, 'multi_hot'), [-1])
-    _check_ids(ids, depth, 'multi_hot')
+    check_ids(ids, depth, 'multi_hot')
     # An empty list gives all zeros.
     hits = tf.math.unsorted_segment_max(tf.ones_like(ids, tf.float32), ids, depth)
     return {**example, key_result: tf.maximum(hits, 0.0)}

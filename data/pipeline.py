@@ -33,6 +33,7 @@ order's sequence and keeps the position, data/split_cache.py keeps labels and de
 This module assembles them from a data section.
 """
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -40,9 +41,11 @@ from base import errors
 from base import shot_sampling
 from data import batches
 from data import config as data_config_lib
+from data import device_split
 from data import ops
 from data import orders
 from data import reader as reader_lib
+from data import shipping
 from data import sources
 from data import split_cache
 
@@ -58,12 +61,15 @@ def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: 
 
   Yields {key: numpy array} batches of batch_size // process_count examples as the pp string
   data_config.pp_train makes them (the trainer expects 'image' float32 (B, H, W, C) and 'labels'
-  float32 (B, num_classes)). get_state() / set_state() save and restore the position.
+  float32 (B, num_classes)); under data.augment_on='device', as the host ships them for the
+  accelerator to run the pp's tail (data/device_split.py). get_state() / set_state() save and
+  restore the position.
   """
   local = _local_batch_size(batch_size, process_count)
   if not isinstance(seed, int) or seed < 0:
     raise ValueError(f'seed must be a non-negative int, got {seed!r}')
-  reader = _open_reader(data_config, data_config.train_split, data_config.pp_train)
+  reader, select = _open_reader(data_config, data_config.train_split, data_config.pp_train,
+                                data_config.augment_on == 'device')
   num_examples = reader.records.num_examples
   start, stop = orders.host_range(num_examples, process_index, process_count)
   if stop == start:
@@ -72,33 +78,36 @@ def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: 
   order = orders.EpochOrder(start, stop, seed, process_index, data_config.shuffle_buffer)
   identity = {'version': STATE_VERSION, 'seed': seed, 'batch_size': batch_size,
               PROCESS_COUNT: process_count, 'num_examples': num_examples}
-  return batches.Batches(reader, order, local, base_seed=(seed, process_index),
+  return batches.Batches(reader, order, local, base_seed=(seed, process_index), select=select,
                          identity=identity)
 
 
 def make_eval_iterator(data_config: data_config_lib.DataSource, split: str, *, batch_size: int,
-                       pp: str | None = None, process_index: int = 0,
-                       process_count: int = 1) -> batches.Batches:
+                       pp: str | None = None, process_index: int = 0, process_count: int = 1,
+                       on_device: bool = False) -> batches.Batches:
   """One pass over this host's shard of `split`, batches of batch_size // process_count with a
   float32 'mask' (1 real, 0 padding). data_config: a data section, or a few-shot set's source;
-  pp: a pp string (None: the data section's pp_eval)."""
+  pp: a pp string (None: the data section's pp_eval); on_device: ship what the pp's tail needs
+  (data/device_split.py) rather than run it."""
   local = _local_batch_size(batch_size, process_count)
-  reader = _open_reader(data_config, split, data_config.pp_eval if pp is None else pp)
+  reader, select = _open_reader(data_config, split, data_config.pp_eval if pp is None else pp,
+                                on_device)
   num_examples = reader.records.num_examples
   start, stop = orders.host_range(num_examples, process_index, process_count)
   num_batches = math.ceil(math.ceil(num_examples / process_count) / local)
-  return batches.Batches(reader, orders.padded(np.arange(start, stop), num_batches * local), local)
+  return batches.Batches(reader, orders.padded(np.arange(start, stop), num_batches * local), local,
+                         select=select)
 
 
 def fewshot_batches(data_config: data_config_lib.DataSource, split: str, *, shots: int, seed: int,
-                    pp: str, batch_size: int) -> batches.Batches:
+                    pp: str, batch_size: int, on_device: bool = False) -> batches.Batches:
   """Batches (with 'mask') of exactly `shots` examples per class of `split`, drawn with `seed`.
 
   The same seed gives the same examples. All classes of the source count; one with fewer than
   `shots` examples in the split fails naming it. The pp string decides the keys (few-shot
-  evaluators keep the int 'label').
+  evaluators keep the int 'label'); on_device as make_eval_iterator's.
   """
-  reader = _open_reader(data_config, split, pp)
+  reader, select = _open_reader(data_config, split, pp, on_device)
   if reader.records.num_classes is None:
     raise ValueError(f'few-shot needs a single-label source (an int "label"); '
                      f'{reader.records.description} is multi-label.')
@@ -106,7 +115,7 @@ def fewshot_batches(data_config: data_config_lib.DataSource, split: str, *, shot
                                       reader.records.num_classes, shots, seed,
                                       reader.records.description)
   size = math.ceil(len(chosen) / batch_size) * batch_size
-  return batches.Batches(reader, orders.padded(chosen, size), batch_size)
+  return batches.Batches(reader, orders.padded(chosen, size), batch_size, select=select)
 
 
 def split_labels(data_config: data_config_lib.DataSource, split: str) -> np.ndarray:
@@ -115,17 +124,23 @@ def split_labels(data_config: data_config_lib.DataSource, split: str) -> np.ndar
   return split_cache.labels(data_config.source, split)
 
 
-def _open_reader(data_config: data_config_lib.DataSource, split: str,
-                 pp: str) -> reader_lib.Reader:
-  """A reader of `split` before pp's steps; with data.cache, of its cached arrays after `decode`."""
+def _open_reader(data_config: data_config_lib.DataSource, split: str, pp: str,
+                 on_device: bool = False) -> tuple[reader_lib.Reader, Callable | None]:
+  """A reader of `split` before pp's steps (with data.cache, of its cached arrays after `decode`),
+  and the batches' `select`: on_device, the reader runs pp's head only and `select` is the host's
+  shipping of what the tail needs (data/shipping.py); else None."""
   records = sources.open_split(data_config, split)
-  steps = ops.build(pp)
+  steps, select = ops.build(pp), None
+  cut = device_split.split(pp) if on_device else None
+  if cut is not None and cut.tail:
+    steps, select = steps[:cut.head_length], shipping.shipper(cut)
   if not data_config.cache:
-    return reader_lib.Reader(records, steps, pp, None)
-  decoded = 1 if steps[0].name == 'decode' else 0   # The cache holds examples after `decode`.
+    return reader_lib.Reader(records, steps, pp, None), select
+  # The cache holds examples after `decode`.
+  decoded = 1 if steps and steps[0].name == 'decode' else 0
   prefix = tuple(s.spec for s in steps[:decoded])
   return reader_lib.Reader(records, steps[decoded:], pp,
-                           split_cache.decoded(data_config.source, split, prefix))
+                           split_cache.decoded(data_config.source, split, prefix)), select
 
 
 def check_process_count(state: dict | None, process_count: int, where: str) -> None:

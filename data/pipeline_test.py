@@ -17,7 +17,7 @@ from testing.data import write_multilabel
 
 AUGMENT = ('decode(channels=1)|inception_crop(8)|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
            'onehot(10)|keep("image", "labels")')
-MULTILABEL_PP = 'decode|resize(4)|value_range(0, 1)|multi_hot(8)|keep("image", "labels", "key")'
+from testing.data import MULTILABEL_PP
 
 
 def take(iterator, n):
@@ -30,18 +30,6 @@ def assert_same_batches(a, b):
     assert sorted(x) == sorted(y)
     for key in x:
       np.testing.assert_array_equal(x[key], y[key])
-
-
-@pytest.fixture(scope='module')
-def multilabel(tmp_path_factory):
-  """A data config over 41 multi-label TFRecords (train) and 10 (val) with 8 classes."""
-  directory = tmp_path_factory.mktemp('records')
-  write_multilabel(directory, 'train', 41, 'tfrecord', num_files=3)
-  write_multilabel(directory, 'val', 10, 'tfrecord', num_files=1)
-  return data_config(name='multilabel_records', files=str(directory / '{split}-*.tfrecord'),
-                     file_format='tfrecord', num_classes=8, train_split='train',
-                     eval_split='val', pp_train=MULTILABEL_PP, pp_eval=MULTILABEL_PP,
-                     shuffle_buffer=1000)
 
 
 @pytest.mark.parametrize('shuffle_buffer,pp', [(1000, AUGMENT),   # Full permutation.
@@ -59,6 +47,29 @@ def test_resume_gives_exactly_the_next_batches(digits_dir, shuffle_buffer, pp):
   assert_same_batches(take(resumed, 4), expected)
   assert expected[0]['image'].shape == (64, 8, 8, 1) and expected[0]['labels'].shape == (64, 10)
   assert expected[0]['image'].dtype == np.float32 and expected[0]['labels'].dtype == np.float32
+
+
+def test_the_device_path_ships_uint8_ids_and_keys_that_resume(digits_dir):
+  # data.augment_on='device': the host runs decode|inception_crop and ships the rest's inputs.
+  config = data_config(data_dir=digits_dir, pp_train=AUGMENT, augment_on='device')
+  uninterrupted = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  take(uninterrupted, 14)
+  state = uninterrupted.get_state()
+  expected = take(uninterrupted, 2)
+  resumed = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  resumed.set_state(state)
+  assert_same_batches(take(resumed, 2), expected)
+  batch = expected[0]
+  assert batch['image'].dtype == np.uint8 and batch['image'].shape == (64, 8, 8, 1)
+  assert batch['label'].dtype == np.int32 and batch['label'].shape == (64,)
+  keys = batch['augment_key']
+  assert keys.dtype == np.uint32 and keys.shape == (64, 2) and len(set(map(bytes, keys))) == 64
+  # The host's crop of the same example, run alone: the head's output is what ships.
+  head = pipeline.make_train_iterator(
+      data_config(data_dir=digits_dir, pp_train='decode(channels=1)|inception_crop(8)|'
+                  'keep("image", "label")'), batch_size=64, seed=3)
+  head.set_state(state)
+  np.testing.assert_array_equal(next(head)['image'], batch['image'])
 
 
 def test_epochs_are_reshuffled_and_cover_the_data(multilabel):

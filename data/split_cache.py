@@ -33,7 +33,7 @@ def labels(source: data_config_lib.DataSource, split: str) -> np.ndarray:
     if stored.shape == (records.num_examples,):
       return stored
   reader = reader_lib.Reader(records, [], '', None)
-  result = _collect(reader, lambda example: {'label': example['label']})['label']
+  result = _collect(reader, lambda example, _: {'label': example['label']})['label']
   if path and os.path.isdir(os.path.dirname(path)):
     _keep(path, result, 'the label index')
   return result
@@ -50,7 +50,7 @@ def decoded(source: data_config_lib.DataSource, split: str, prefix: tuple) -> di
     if arrays and all(len(a) == records.num_examples for a in arrays.values()):
       return arrays
   steps = ops.build('|'.join(prefix)) if prefix else []
-  arrays = _collect(reader_lib.Reader(records, steps, '|'.join(prefix), None), lambda ex: ex)
+  arrays = _collect(reader_lib.Reader(records, steps, '|'.join(prefix), None), lambda ex, _: ex)
   if path and all(a.dtype != object for a in arrays.values()):   # .npz loads no pickles.
     _keep(path, arrays, 'the decoded split')
   return arrays
@@ -65,8 +65,8 @@ def _decoded_file(records: sources.Records, prefix: tuple) -> str | None:
   return os.path.join(os.path.dirname(records.label_index), f'decoded-{name}-{ops_name}.npz')
 
 
-def _collect(reader: reader_lib.Reader, select: Callable[[dict], dict]) -> dict:
-  """Runs reader.steps over every record and stacks select(example) into numpy arrays."""
+def _collect(reader: reader_lib.Reader, select: Callable) -> dict:
+  """Runs reader.steps over every record and stacks select(example, seed) into numpy arrays."""
   n = reader.records.num_examples
   parts = list(batches_lib.Batches(reader, orders.OnePass(np.arange(n)), 1024, select=select))
   try:

@@ -11,6 +11,10 @@ from data import records
 from data.synthetic import photo  # pylint: disable=unused-import  (the tests' name for it)
 
 
+# The multi-label records' pp (data/conftest.py's `multilabel` set): 4 px, 8 classes, and the key.
+MULTILABEL_PP = 'decode|resize(4)|value_range(0, 1)|multi_hot(8)|keep("image", "labels", "key")'
+
+
 def data_config(**overrides) -> data_config_lib.DataConfig:
   """A data section of digits (unless overridden), as the pipeline reads it."""
   pp = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'

@@ -21,6 +21,7 @@ the (G, E, S) scores and ranks all groups itself. Without the MoE layer's shardi
 the partitioner falls back to replicating the buffers ('As the last resort, SPMD will replicate')
 and all-gathers them in the backward pass.
 """
+import functools
 import json
 import os
 import re
@@ -34,6 +35,8 @@ import numpy as np
 import optax
 import pytest
 
+from data import device_augment
+from data import device_split
 from vmoe.model import sharding
 from vmoe.routing import lab_routers
 from vmoe.routing import router as router_lib
@@ -216,6 +219,32 @@ def compare(key: str, experiment: experiment_lib.Experiment, starts: dict) -> di
   return found
 
 
+# The device path's tail (data.augment_on = 'device') on the 8-device mesh's batch sharding and on
+# one device: 64 RGB images of 32 px, 8 a device, through the training pp's random tail.
+DEVICE_TAIL_PP = ('decode|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
+                  'onehot(10, key="label", key_result="labels")|keep("image", "labels")')
+
+
+def compare_device_tail() -> dict:
+  """The tail's batch on 1 device and sharded over 8 (data=2 x expert=4, as the step's batch):
+  the largest pixel and label differences, and the sharding of the 8-device output."""
+  tail = device_split.split(DEVICE_TAIL_PP)
+  rng = np.random.default_rng(0)
+  batch = {'image': rng.integers(0, 256, (64, 32, 32, 3)).astype(np.uint8),
+           'label': rng.integers(0, 10, 64).astype(np.int32),
+           device_split.AUGMENT_KEY: np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.arange(64)))}
+  run = jax.jit(functools.partial(device_augment.run_tail, tail))
+  one = jax.device_get(run(jax.device_put(batch, jax.devices()[0])))
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=2, expert=4))
+  sharded = run(sharding.put_batch(batch, sharding.batch_sharding(mesh)))
+  eight = jax.device_get(sharded)
+  return {'key': 'device_tail', 'image_diff': float(np.max(np.abs(one['image'] - eight['image']))),
+          'labels_diff': float(np.max(np.abs(one['labels'] - eight['labels']))),
+          'changed': float(np.mean(np.any(one['image'] != batch['image'] / 127.5 - 1,
+                                          axis=(1, 2, 3)))),
+          'image_shards': len(sharded['image'].sharding.device_set)}
+
+
 def run_key(router: str, dtype: str) -> str:
   """The results' key of a comparison: 'softmax_ec' in float32, 'softmax_ec:bfloat16'."""
   return router if dtype == 'float32' else f'{router}:{dtype}'
@@ -224,7 +253,8 @@ def run_key(router: str, dtype: str) -> str:
 def run_compare_subprocesses(tiny_experiment) -> dict:
   """{run_key: compare(...)}, from two subprocesses of half the routers each (one per core): the
   six routers in float32 and BFLOAT16_ROUTERS in bfloat16, a router's runs in one process, where
-  they share its initial state (compare)."""
+  they share its initial state (compare); and 'device_tail': compare_device_tail(), in the
+  first."""
   env = {**os.environ, 'XLA_FLAGS': XLA_FLAGS, 'JAX_PLATFORMS': 'cpu'}
   dtypes = lambda router: ('float32', 'bfloat16') if router in BFLOAT16_ROUTERS else ('float32',)
   parts = [{run_key(router, dtype): small_experiment(tiny_experiment, router, dtype).to_dict()
@@ -237,7 +267,8 @@ def run_compare_subprocesses(tiny_experiment) -> dict:
       with open(path, 'w', encoding='utf-8') as f:
         json.dump(part, f)
       workers.append(subprocess.Popen(
-          [sys.executable, '-m', 'vmoe.train.multidevice_test', path], cwd=REPO, env=env,
+          [sys.executable, '-m', 'vmoe.train.multidevice_test', path] +
+          (['--device-tail'] if i == 0 else []), cwd=REPO, env=env,
           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [worker.communicate(timeout=900) for worker in workers]
   found = {}
@@ -304,6 +335,15 @@ def test_bfloat16_sharded_step_equals_the_single_device_step(results, router):
     assert max(step['param_excess'].values()) <= 1, step['param_excess']
 
 
+def test_the_device_augmentation_gives_the_same_batch_on_1_and_8_devices(results):
+  # Per example, the tail reads its own pixels and key only, and computes in integers up to the
+  # value range: the same numbers whatever the sharding, bit for bit.
+  r = results['device_tail']
+  assert r['image_shards'] == NUM_DEVICES
+  assert r['image_diff'] == 0 and r['labels_diff'] == 0
+  assert r['changed'] > 0.9      # RandAugment (2, 20) changes nearly every image.
+
+
 @pytest.mark.parametrize('router', ROUTERS)
 def test_tokens_reach_their_experts_by_all_to_all(results, router):
   r = results[router]
@@ -322,3 +362,5 @@ if __name__ == '__main__':
   initial_states = {}
   for run, record in records.items():
     print(json.dumps(compare(run, experiment_lib.parse(record), initial_states)), flush=True)
+  if '--device-tail' in sys.argv[2:]:
+    print(json.dumps(compare_device_tail()), flush=True)

@@ -28,6 +28,8 @@ import numpy as np
 
 from base import errors
 from data import config as data_config_lib
+from data import device_augment
+from data import device_split
 from data import ops
 from data import pipeline
 from data import sources
@@ -52,7 +54,7 @@ def check_available(data: data_config_lib.DataConfig,
                     fewshot_config: fewshot.FewShotConfig) -> None:
   """Fails before anything compiles when a few-shot set is missing, saying how to obtain it."""
   try:
-    ops.build(fewshot_config.pp)
+    check_pp(fewshot_config.pp, data)
   except ValueError as e:
     raise errors.UserError(f'fewshot.pp: {e}') from None
   for name, splits in fewshot_config.datasets.items():
@@ -62,6 +64,23 @@ def check_available(data: data_config_lib.DataConfig,
     except (ValueError, FileNotFoundError) as e:
       raise type(e)(f'few-shot dataset {name!r}: {e}\n(For a few-shot set the directory keys are '
                     f'config.fewshot.data_dir and config.fewshot.manual_dirs.{name}.)') from None
+
+
+def check_pp(pp: str, data: data_config_lib.DataConfig) -> None:
+  """Fails (ValueError) on a pp string that does not build, or whose tail the accelerator cannot
+  run under data.augment_on = 'device' (data/device_split.py)."""
+  ops.build(pp)
+  if data.augment_on == 'device':
+    device_split.split(pp)
+
+
+def on_device_tail(pp: str, data: data_config_lib.DataConfig) -> device_split.Split | None:
+  """The tail of an evaluation pp the accelerator runs under data.augment_on = 'device', or None:
+  the host ships uint8 images and label ids (data/device_split.py)."""
+  if data.augment_on != 'device':
+    return None
+  tail = device_split.split(pp)
+  return tail if tail.tail else None
 
 
 def eval_set_source(data: data_config_lib.DataConfig,
@@ -79,7 +98,7 @@ def available_eval_sets(data: data_config_lib.DataConfig,
   available = {}
   for name, (source_name, split, pp) in eval_config.sets.items():
     try:
-      ops.build(pp)
+      check_pp(pp, data)
     except ValueError as e:
       raise errors.UserError(f'eval.sets.{name} pp: {e}') from None
     source, release = sources.get_source(source_name)
@@ -151,6 +170,17 @@ class Evaluator:
       return logits, aux['pre_logits'], train_step.router_summary(aux['router'])
     # Under the mesh's axes, so that the model's sharding constraints take effect when it traces.
     self._forward = sharding.with_mesh(forward, mesh)
+    self._tails = {}    # pp -> the jitted tail of its batches (on_device_tail), or None.
+
+  def _tail(self, pp: str, images_only: bool = False):
+    """The jitted function that runs pp's tail on a global batch (images_only: on images), or
+    the identity when the host runs the whole pp."""
+    if (pp, images_only) not in self._tails:
+      tail = on_device_tail(pp, self.data)
+      run = device_augment.tail_images if images_only else device_augment.run_tail
+      self._tails[pp, images_only] = (lambda batch: batch) if tail is None else jax.jit(
+          functools.partial(run, tail))
+    return self._tails[pp, images_only]
 
   def evaluate(self, variables, step: int) -> dict:
     """{metric name: float} of the evaluations due after `step`."""
@@ -184,19 +214,22 @@ class Evaluator:
       routers.append(router)
       return logits
 
+    tail = self._tail(pp)
     batches = pipeline.make_eval_iterator(
         source, split, batch_size=self.eval_config.batch_size, pp=pp,
-        process_index=jax.process_index(), process_count=jax.process_count())
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        on_device=on_device_tail(pp, self.data) is not None)
     batch_sharding = sharding.batch_sharding(self.mesh)
-    global_batches = (sharding.put_batch(b, batch_sharding)
+    global_batches = (tail(sharding.put_batch(b, batch_sharding))
                       for b in _after_safe_points(batches, self.safe_point))
     evaluator = classify.ClassifyEvaluator(losses.get_loss(self.loss), prefix)
     return dict(evaluator.run(predict, global_batches))
 
   def fewshot(self, variables) -> dict:
     """The few-shot ridge on the model's pre-logits, for every few-shot set (evaluation.fewshot)."""
-    whole_batch_features = whole_batch_fn(lambda images: self._forward(variables, images)[1],
-                                          self.mesh)
+    tail = self._tail(self.fewshot_config.pp, images_only=True)
+    whole_batch_features = whole_batch_fn(
+        lambda images: self._forward(variables, tail(images))[1], self.mesh)
 
     def features(images):
       self.safe_point()
@@ -204,7 +237,9 @@ class Evaluator:
 
     config = self.fewshot_config
     evaluator = fewshot.FewShotEvaluator(
-        {name: _fewshot_data(self.data, config, name) for name in config.datasets},
+        {name: _fewshot_data(self.data, config, name,
+                             on_device_tail(config.pp, self.data) is not None)
+         for name in config.datasets},
         shots=config.shots, seeds=config.seeds, l2_grid=config.l2_grid)
     return dict(evaluator.run(features))
 
@@ -216,17 +251,18 @@ def _after_safe_points(batches: Iterable, safe_point: Callable[[], None]) -> Ite
 
 
 def _fewshot_data(data: data_config_lib.DataConfig, fewshot_config: fewshot.FewShotConfig,
-                  name: str) -> fewshot.FewShotData:
+                  name: str, on_device: bool) -> fewshot.FewShotData:
+  """A few-shot set's batches; on_device, with uint8 images for the accelerator's tail."""
   source = fewshot_source(data, fewshot_config, name)
   train_split, test_split = fewshot_config.datasets[name]
   pp, batch_size = fewshot_config.pp, fewshot_config.batch_size
   return fewshot.FewShotData(
-      train_batches=functools.partial(_shots, source, train_split, pp, batch_size),
+      train_batches=functools.partial(_shots, source, train_split, pp, batch_size, on_device),
       test_batches=lambda: pipeline.make_eval_iterator(
-          source, test_split, batch_size=batch_size, pp=pp))
+          source, test_split, batch_size=batch_size, pp=pp, on_device=on_device))
 
 
-def _shots(source: data_config_lib.DataSource, split: str, pp: str, batch_size: int, shots: int,
-           seed: int):
+def _shots(source: data_config_lib.DataSource, split: str, pp: str, batch_size: int,
+           on_device: bool, shots: int, seed: int):
   return pipeline.fewshot_batches(source, split, shots=shots, seed=seed, pp=pp,
-                                  batch_size=batch_size)
+                                  batch_size=batch_size, on_device=on_device)

@@ -6,11 +6,15 @@ The step benchmarks (bench/), the scaling plan (launch/plan.py) and the 8-device
 the trainer runs. Nothing here starts training or installs signal handlers.
 """
 import dataclasses
+import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from data import device_augment
+from data import device_split
 
 from vmoe.model import sharding
 from vmoe.model import vit
@@ -42,8 +46,13 @@ class TrainProgram:
     return sharding.batch_sharding(self.mesh)
 
   def abstract_batch(self) -> dict:
-    """Shapes of one global training batch: 'image' (B, H, W, C) and one-hot 'labels' (B, K)."""
+    """Shapes of one global training batch: 'image' (B, H, W, C) and one-hot 'labels' (B, K); under
+    data.augment_on = 'device', what the host ships (data/device_split.py)."""
     e = self.experiment
+    tail = device_tail(e)
+    if tail is not None:
+      return {key: jax.ShapeDtypeStruct((e.batch_size,) + shape, jnp.dtype(dtype))
+              for key, (shape, dtype) in tail.shipped_shapes(e.model.image_shape).items()}
     return {'image': jax.ShapeDtypeStruct((e.batch_size,) + e.model.image_shape, jnp.float32),
             'labels': jax.ShapeDtypeStruct((e.batch_size, e.model.num_classes), jnp.float32)}
 
@@ -64,12 +73,24 @@ class TrainProgram:
     return int(sum(p.size for p in jax.tree.leaves(self.abstract_state.params)))
 
 
+def device_tail(experiment: experiment_lib.Experiment) -> device_split.Split | None:
+  """The training pp's tail the accelerator runs (data.augment_on = 'device'), or None."""
+  if experiment.data.augment_on != 'device':
+    return None
+  tail = device_split.split(experiment.data.pp_train)
+  return tail if tail.tail else None
+
+
 def build_step(experiment: experiment_lib.Experiment, model, tx, mesh, state_shardings):
-  """The training step (mixup, MoE constraints on `mesh`), jitted with its shardings."""
+  """The training step (the pp's tail under data.augment_on = 'device', then mixup, MoE
+  constraints on `mesh`), jitted with its shardings."""
   # Mixup mixes each device's shard on its own (V-MoE's granularity 'device').
-  step_fn = sharding.with_mesh(train_lib.with_mixup(
-      train_lib.make_train_step(model, tx, experiment.loss), experiment.mixup_alpha,
-      num_chunks=sharding.batch_shards(mesh)), mesh)
+  step_fn = train_lib.with_mixup(train_lib.make_train_step(model, tx, experiment.loss),
+                                 experiment.mixup_alpha, num_chunks=sharding.batch_shards(mesh))
+  tail = device_tail(experiment)
+  if tail is not None:
+    step_fn = train_lib.with_device_tail(step_fn, functools.partial(device_augment.run_tail, tail))
+  step_fn = sharding.with_mesh(step_fn, mesh)
   return jax.jit(step_fn, in_shardings=(state_shardings, sharding.batch_sharding(mesh), None),
                  out_shardings=(state_shardings, None), donate_argnums=(0,))
 

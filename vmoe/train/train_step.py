@@ -1,6 +1,7 @@
 """The pure training step `(state, batch, rng) -> (state, metrics)` and its optional wrappers.
 
-Batches are dicts {'image': (B, H, W, C) float32, 'labels': (B, K) one-hot or multi-hot}.
+Batches are dicts {'image': (B, H, W, C) float32, 'labels': (B, K) one-hot or multi-hot}; under
+data.augment_on = 'device', what the host ships, which with_device_tail turns into them.
 """
 from typing import Any, Callable
 
@@ -146,6 +147,14 @@ def mixup(batch: dict, rng: jax.Array, concentration: float, num_chunks: int) ->
   """
   weights = mixup_weights(rng, concentration, num_chunks, MIXUP_SIZE)
   return mix(batch, sharding.constrain(weights, sharding.P()))
+
+
+def with_device_tail(step: StepFn, tail: Callable[[dict], dict]) -> StepFn:
+  """Wraps a step so that it trains on tail(batch): the pp's tail on the accelerator
+  (data.augment_on = 'device', data/device_augment.py run_tail), before mixup."""
+  def augmented_step(state, batch, rng):
+    return step(state, tail(batch), rng)
+  return augmented_step
 
 
 def with_mixup(step: StepFn, concentration: float, num_chunks: int) -> StepFn:

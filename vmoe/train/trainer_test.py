@@ -48,8 +48,14 @@ SHORT = ['router=lossfree_tc', {'num_train_steps': 40, 'batch_size': 16, 'log_ev
 # Fashion-MNIST 10,000), from the config's shot splits or the first 200 Fashion-MNIST images.
 SMALL_FEWSHOT = {'fewshot.datasets.digits': "('train', 'test[:200]')",
                  'fewshot.datasets.fashion_mnist': "('train[:200]', 'test[:200]')"}
-# The configs' float32 model, and bfloat16 compute with rematerialised blocks (issue 18's run).
-PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'model.remat': True}}
+# The configs' float32 model, bfloat16 compute with rematerialised blocks (issue 18's run), and
+# the float32 model on the device path: the host ships uint8 images, label ids and keys, and the
+# step flips, scales and one-hots them (data.augment_on = 'device'; the flip draws from each
+# example's key as RandAugment does, which 40 steps of 16 images are too few to learn through).
+DEVICE_PP = ('decode(channels=1)|flip_lr|value_range(-1, 1)|'
+             'onehot(10, key="label", key_result="labels")|keep("image", "labels")')
+PRECISIONS = {'float32': {}, 'bfloat16_remat': {'model.dtype': 'bfloat16', 'model.remat': True},
+              'device_augment': {'data.augment_on': 'device', 'data.pp_train': DEVICE_PP}}
 
 
 @pytest.fixture(scope='session')
@@ -291,13 +297,16 @@ def run_main(workdir, overrides, log=None, main=('main.py',), stderr=None):
 
 
 @SHARES_SHORT_RUN
-def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_run, tmp_path):
-  # The uninterrupted run is the session's float32 short run, trained in process: main.py trains
-  # the same program on the same batches (its compiled step from the session's compilation cache,
+@pytest.mark.parametrize('precision', ['float32', 'device_augment'])
+def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short_run, tmp_path,
+                                                                           precision):
+  # The uninterrupted run is the session's short run, trained in process: main.py trains the same
+  # program on the same batches (its compiled step from the session's compilation cache,
   # conftest.py), and XLA's results depend neither on the process nor on what else the machine
-  # runs. That run is finished, its data sets prepared, before main.py starts.
-  uninterrupted = losses(str(short_run('float32').workdir))
-  overrides = {**SHORT[1], **SMALL_FEWSHOT}
+  # runs. That run is finished, its data sets prepared, before main.py starts. On the device path
+  # the resumed run draws each example's augmentation from the key its position gives it.
+  uninterrupted = losses(str(short_run(precision).workdir))
+  overrides = {**SHORT[1], **SMALL_FEWSHOT, **PRECISIONS[precision]}
   workdir, log = tmp_path / 'workdir', tmp_path / 'killed.log'
   with open(log, 'w', encoding='utf-8') as killed_log:     # A pipe could fill up.
     run = run_main(workdir, overrides, killed_log)
@@ -318,7 +327,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_step_for_step(short
   assert resumed == uninterrupted
   # The router's state too (lossfree_tc's bias), restored from checkpoint 10 and updated on.
   jax.tree.map(np.testing.assert_array_equal, saved_state(str(workdir), 40)['router_state'],
-               saved_state(str(short_run('float32').workdir), 40)['router_state'])
+               saved_state(str(short_run(precision).workdir), 40)['router_state'])
 
 
 # main.py with orbax's array writer failing as TensorStore does on a full disk once checkpoint 10
