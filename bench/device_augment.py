@@ -11,7 +11,7 @@ magnitude 10 and at V-MoE's ImageNet-21k magnitude 20, the pp's tail alone (flip
 images as the host ships them, and the rung's step on the device path (data.augment_on =
 'device': that tail inside the step). `share` is the tail's time over the host-path step's, the
 target at most 5% (issue 51); `step_share` is the device-path step's over the host-path step's,
-less 1.
+less 1; `round_ms` are each round's medians, the spread to judge it by.
 """
 import argparse
 import functools
@@ -81,7 +81,8 @@ def run(args) -> dict:
   times = timing.interleaved(timers, args.rounds)
   median = lambda found, name: statistics.median(found[name])
   step_ms = median(times[0], 'step_ms')
-  rows = [{**host.fields, 'step_ms': round(step_ms, 3)}]
+  rounds = lambda found, name: [round(t, 3) for t in found[name]]
+  rows = [{**host.fields, 'step_ms': round(step_ms, 3), 'round_ms': rounds(times[0], 'step_ms')}]
   for device, augmenter, device_times, augment_times in zip(
       devices, augmenters, times[1:1 + len(devices)], times[1 + len(devices):]):
     augment_ms, device_ms = median(augment_times, 'augment_ms'), median(device_times, 'step_ms')
@@ -89,7 +90,9 @@ def run(args) -> dict:
     rows.append({**device.fields, 'tail': tail, 'images': e.batch_size,
                  'augment_ms': round(augment_ms, 3),
                  'ms_per_image': round(augment_ms / e.batch_size, 3),
+                 'augment_round_ms': rounds(augment_times, 'augment_ms'),
                  'share': round(augment_ms / step_ms, 4), 'step_ms': round(device_ms, 3),
+                 'round_ms': rounds(device_times, 'step_ms'),
                  'step_share': round(device_ms / step_ms - 1, 4), 'target': TARGET_SHARE,
                  'meets_target': augment_ms / step_ms <= TARGET_SHARE})
   return {'machine': timing.machine(), 'rows': rows,
@@ -111,7 +114,7 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--per-device-batch', type=int, default=None,
                       help='default: bench/paper_step.py\'s (8 images on CPU)')
-  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--rounds', type=int, default=5)
   parser.add_argument('--steps', type=int, default=5)
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--out', default='bench/results/device_augment.json')

@@ -32,4 +32,5 @@ def test_rows_on_a_runlocal_config(tmp_path, monkeypatch):
     assert a['share'] == pytest.approx(a['augment_ms'] / step['step_ms'], abs=1e-3)
     assert a['step_share'] == pytest.approx(a['step_ms'] / step['step_ms'] - 1, abs=1e-3)
     assert a['target'] == 0.05 and isinstance(a['meets_target'], bool)
+    assert len(a['round_ms']) == len(a['augment_round_ms']) == len(step['round_ms']) == 1
   assert record['machine']['commit']

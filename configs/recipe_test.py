@@ -24,7 +24,7 @@ SHARED_RECIPE = {
     'data.shuffle_buffer': 250_000,
     'data.cache': False, 'data.data_dir': None, 'data.manual_dir': None,   # Infrastructure:
     'data.files': None, 'data.file_format': None,                          # the user's machine.
-    'data.augment_on': 'device',               # Project: the pp's tail on the accelerator (D19).
+    'data.augment_on': 'device',               # Project: the pp's tail on the accelerator (D20).
     'batch_size': 4096,
     'loss': 'sigmoid_xent',
     'mixup_alpha': 0.5,
