@@ -32,6 +32,8 @@ STEP_COLUMNS = ('arch', 'dtype', 'router', 'capacity', 'softmax_combine', 'per_d
                 'target', 'meets_target')
 TRAIN_STEP_COLUMNS = ('router', 'capacity', 'softmax_combine', 'vs_dense', 'vs_dense_runs',
                       'target', 'meets_target')
+AUGMENT_COLUMNS = ('augment_on', 'randaug', 'images', 'step_ms', 'augment_ms', 'share',
+                   'step_share', 'target', 'meets_target')
 SOLVER_COLUMNS = ('source', 'tokens', 'experts', 'capacity_factor', 'start', 'steps', 'ms',
                   'row_error', 'dropped')
 
@@ -79,9 +81,15 @@ def _body(name: str, result: dict) -> list[str]:
   if name == 'sparsity_solver.json':
     return _table(result['rows'], SOLVER_COLUMNS)
   if name == 'input_pipeline.json':
-    return _table([{'pp': k, 'images_per_second': v}
+    per_vcpu = result.get('images_per_second_per_vcpu', {})
+    return _table([{'pp': k, 'images_per_second': v, 'per_vcpu': per_vcpu.get(k)}
                    for k, v in result['images_per_second'].items()],
-                  ('pp', 'images_per_second'))
+                  ('pp', 'images_per_second', 'per_vcpu'))
+  if name == 'device_augment.json':
+    # The tail's randaug op names each device-path row; the host path's row has none.
+    return _table([{**r, 'randaug': next((op for op in r.get('tail', '').split('|')
+                                          if op.startswith('randaug')), None)}
+                   for r in result['rows']], AUGMENT_COLUMNS)
   scalars = {k: v for k, v in result.items()
              if isinstance(v, (int, float, str)) and k not in ('method', 'command')}
   return _table([scalars], sorted(scalars))

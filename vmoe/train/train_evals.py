@@ -170,7 +170,7 @@ class Evaluator:
       return logits, aux['pre_logits'], train_step.router_summary(aux['router'])
     # Under the mesh's axes, so that the model's sharding constraints take effect when it traces.
     self._forward = sharding.with_mesh(forward, mesh)
-    self._tails = {}    # pp -> the jitted tail of its batches (on_device_tail), or None.
+    self._tails = {}    # (pp, images_only) -> _tail(pp, images_only), built once.
 
   def _tail(self, pp: str, images_only: bool = False):
     """The jitted function that runs pp's tail on a global batch (images_only: on images), or
