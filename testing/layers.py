@@ -6,7 +6,8 @@ a higher rank climbs. Units are top-level packages, or vmoe's subpackages. Besid
   (REPORTING_MAY_IMPORT), and no JAX-era library at all (JAX_LIBRARIES);
 - testing/ is imported by tests only: test files (*_test.py) and conftest.py files may import
   anything, and nothing else may import testing/.
-testing/layers_test.py reads this table and parses every module's imports.
+TENSORFLOW_FREE's entry points load without TensorFlow. testing/layers_test.py reads this table
+and parses every module's imports.
 """
 RANKS = {
     'base': 0,
@@ -26,6 +27,10 @@ REPORTING = 'results'
 REPORTING_MAY_IMPORT = ('base', 'vmoe.routing.names', 'vmoe.run.run_outputs')
 JAX_LIBRARIES = ('jax', 'flax', 'optax', 'orbax', 'tensorflow', 'tensorflow_datasets', 'clu')
 TESTS_ONLY = 'testing'
+# Entry points that run where JAX is installed but TensorFlow is not (the GPU machine this project
+# borrows): neither they nor anything they import when loaded may import TensorFlow.
+TENSORFLOW = ('tensorflow', 'tensorflow_datasets')
+TENSORFLOW_FREE = ('bench.paper_step',)
 
 
 def unit_of(module: str) -> str | None:

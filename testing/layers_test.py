@@ -45,6 +45,50 @@ def imports(source: str, module: str) -> list[tuple[int, str]]:
   return found
 
 
+def eager_imports(source: str, module: str) -> list[str]:
+  """The modules `source` imports when it is loaded: imports outside function bodies."""
+  tree = ast.parse(source)
+  stack, found = list(tree.body), []
+  while stack:
+    node = stack.pop()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      continue
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      found += [name for _, name in imports(ast.unparse(node), module)]
+    stack.extend(ast.iter_child_nodes(node))
+  return found
+
+
+def loaded_with(entry: str) -> set[str]:
+  """Every module, the project's and others', that loading module `entry` imports."""
+  seen, todo = set(), [entry]
+  while todo:
+    name = todo.pop()
+    if name in seen:
+      continue
+    seen.add(name)
+    path = next((p for p in (ROOT / (name.replace('.', '/') + '.py'),
+                             ROOT / name.replace('.', '/') / '__init__.py') if p.exists()), None)
+    if path is None:
+      continue
+    for imported in eager_imports(path.read_text(encoding='utf-8'), name):
+      parts = imported.split('.')
+      # Its packages load first; `from X import y` names X.y, which may be a module or a name.
+      todo += ['.'.join(parts[:n]) for n in range(1, len(parts) + 1)]
+  return seen
+
+
+@pytest.mark.parametrize('entry', layers.TENSORFLOW_FREE)
+def test_the_gpu_machines_entry_points_load_without_tensorflow(entry):
+  found = sorted(m for m in loaded_with(entry) if m.split('.')[0] in layers.TENSORFLOW)
+  assert not found, f'{entry} loads {found}'
+
+
+def test_a_tensorflow_import_on_the_way_is_found():
+  assert 'tensorflow' in loaded_with('data.ops') and 'data.pp_syntax' in loaded_with('data.ops')
+  assert 'tensorflow' not in loaded_with('data.device_augment')
+
+
 def climbs(path: str, source: str) -> list[str]:
   """What in `source` (the file at `path`) breaks the layers, one line each."""
   module = _name(path)

@@ -1,12 +1,14 @@
-"""Breaks the routing code on purpose, one line at a time, and checks that the suite notices.
+"""Breaks the routing and device-augmentation code on purpose, one line at a time, and checks
+that the suite notices.
 
   python -m testing.mutation_check [--only NAME] [--out FILE]
 
-Each mutation replaces one line's text of vmoe/routing/ (the exact text must occur once) in a
+Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur once) in a
 fresh copy of the tracked files, then runs the tests that should catch it; the mutation is caught
 when they fail. A mutation that survives is a hole in the tests. Prints one line per mutation and
 exits 1 if any survived. It costs a pytest process per mutation (a few minutes in all), so it is
-a tool to run by hand after changing routing code or its tests, not part of the suite.
+a tool to run by hand after changing routing or augmentation code or its tests, not part of the
+suite.
 """
 import argparse
 import os
@@ -66,6 +68,17 @@ MUTATIONS = (
              'return jnp.full(logits.shape, 1.0 / k, jnp.float32)',
              'return jnp.full(logits.shape, 1.0, jnp.float32)',
              ('vmoe/routing/reference_test.py',)),
+    Mutation('device tail draws every op from the same key', 'data/device_augment.py',
+             'jax.vmap(jax.random.fold_in, (0, None))(keys, call.index)',
+             'jax.vmap(jax.random.fold_in, (0, None))(keys, 0)',
+             ('data/device_augment_test.py::test_each_random_op_draws_from_its_place_in_the_string',)),
+    Mutation('shipped key ignores the example seed', 'data/shipping.py',
+             'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), tf.constant(0xFFFFFFFF, tf.int64))',
+             'low = tf.zeros([2], tf.int64)',
+             ('data/pipeline_test.py::test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
+    Mutation('device multi-hot keeps the padding', 'data/device_augment.py',
+             'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
+             ('data/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
 )
 
 
