@@ -3,9 +3,9 @@ that the suite notices.
 
   python -m testing.mutation_check [--only NAME] [--out FILE]
 
-Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur once) in a
-fresh copy of the tracked files, then runs the tests that should catch it; the mutation is caught
-when they fail. A mutation that survives is a hole in the tests. Prints one line per mutation and
+Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur
+once) in a fresh copy of the tracked files, then runs the tests that should catch it; the
+mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one line per mutation and
 exits 1 if any survived. It costs a pytest process per mutation (a few minutes in all), so it is
 a tool to run by hand after changing routing or augmentation code or its tests, not part of the
 suite.
