@@ -299,16 +299,25 @@ def sigmoid_choice_scores(logits: np.ndarray, bias: np.ndarray | None = None, n_
   return np.where(kept[..., None], grouped, -np.inf).reshape(choice.shape)
 
 
+def gate(logits: np.ndarray, k: int, bias: np.ndarray | None = None, n_groups: int = 1,
+         topk_groups: int = 1, route_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+  """DeepSeek-V3's Gate on the router's logits: (weights (T, k), experts (T, k)). The experts
+  are the top k of sigmoid_choice_scores (the bias and the groups choose); the weights are the
+  unbiased s = sigmoid(logits) there, over their sum (at k > 1), times route_scale."""
+  experts = ranked(sigmoid_choice_scores(logits, bias, n_groups, topk_groups))[:, :k]
+  scores = np.take_along_axis(sigmoid(logits), experts, axis=1)
+  total = scores.sum(axis=1, keepdims=True) if k > 1 else 1.0
+  return route_scale * scores / total, experts
+
+
 def sigmoid_gate(logits: np.ndarray, capacity: int, k: int, bias: np.ndarray | None = None,
                  n_groups: int = 1, topk_groups: int = 1, route_scale: float = 1.0) -> Routing:
-  """Token choice on sigmoid_choice_scores; weight s / (sum of s at the k chosen) * route_scale
-  with the unbiased s = sigmoid(logits), or route_scale * s at k = 1."""
+  """Token choice of the Gate's experts (gate), each combined with its weight."""
+  gate_weights, experts = gate(logits, k, bias, n_groups, topk_groups, route_scale)
   choice = sigmoid_choice_scores(logits, bias, n_groups, topk_groups)
-  scores = sigmoid(logits)
-  chosen = np.zeros(scores.shape, bool)
-  np.put_along_axis(chosen, ranked(choice)[:, :k], True, axis=1)
-  total = np.sum(np.where(chosen, scores, 0.0), axis=1, keepdims=True) if k > 1 else 1.0
-  return token_choice(choice, capacity, k, route_scale * scores / total)
+  weights = np.zeros(logits.shape)
+  np.put_along_axis(weights, experts, gate_weights, axis=1)
+  return token_choice(choice, capacity, k, weights)
 
 
 # BASE layers (Lewis et al. 2021).

@@ -6,22 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from testing import reference_routers
 from vmoe.routing import allocation
 from vmoe.routing import sigmoid_gate
 
 gate = jax.jit(sigmoid_gate.sigmoid_gate, static_argnums=(1,))
-
-
-def deepseek_gate(x, weight, k, bias=None):
-  """float64 NumPy reference of the arithmetic of DeepSeek-V3's `Gate.forward`
-  (deepseek-ai/DeepSeek-V3, inference/model.py) with one expert group, route scale 1 and the
-  sigmoid score function: the bias is added for the top-k selection only, and the weights are
-  the unbiased scores at the chosen experts divided by their sum. -> (weights (T, k), experts)."""
-  scores = 1.0 / (1.0 + np.exp(-(x @ weight.T)))
-  selection = scores if bias is None else scores + bias
-  experts = np.argsort(-selection, axis=1, kind='stable')[:, :k]
-  weights = np.take_along_axis(scores, experts, axis=1)
-  return weights / weights.sum(axis=1, keepdims=True), experts
 
 
 @pytest.mark.parametrize('k', [2, 4])
@@ -32,7 +21,8 @@ def test_equals_deepseek_v3_gate(k, with_bias):
   x = rng.normal(size=(num_tokens, dim))
   weight = rng.normal(size=(num_experts, dim)) / math.sqrt(dim)   # The Gate's (E, D) weight.
   bias = 0.3 * rng.normal(size=num_experts) if with_bias else None
-  expected_weights, expected_experts = deepseek_gate(x, weight, k, bias)
+  # testing/reference_routers.py's float64 Gate (one group, route scale 1).
+  expected_weights, expected_experts = reference_routers.gate(x @ weight.T, k, bias)
   logits = jnp.asarray(x @ weight.T, jnp.float32)
   choice, combine = gate(logits, k, None if bias is None else jnp.asarray(bias, jnp.float32))
   experts = np.asarray(jax.lax.top_k(choice, k)[1])
