@@ -41,7 +41,8 @@ class Batches:
   """
 
   def __init__(self, reader: reader_lib.Reader, order: orders_lib.EpochOrder | orders_lib.OnePass,
-               batch_size: int, *, base_seed=(0, 0), select: Callable[[dict, tf.Tensor], dict] | None = None,
+               batch_size: int, *, base_seed=(0, 0),
+               select: Callable[[dict, tf.Tensor], dict] | None = None,
                identity: dict | None = None):
     self.reader, self.order, self.batch_size = reader, order, batch_size
     self._base_seed = np.asarray(base_seed, np.int64)

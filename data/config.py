@@ -1,10 +1,10 @@
 """The data section of a config (`config.data`) and the source it reads, as typed records.
 
 `DataSource` names a data set's records: the source (data/sources.py SOURCES), where it is stored,
-for user files their glob and format, and whether they are cached decoded. It identifies a split's records in the pipeline's
-caches, and data/prepare.py builds sources by name. `DataConfig` adds what the trainer reads of
-them: the splits, the pp strings, the class count and shuffling. Few-shot sets are DataSources
-(vmoe/train/train_evals.py). configs/ build
+for user files their glob and format, and whether they are cached decoded. It identifies a split's
+records in the pipeline's caches, and data/prepare.py builds sources by name. `DataConfig` adds
+what the trainer reads of them: the splits, the pp strings, the class count, shuffling and where
+the pp's tail runs. Few-shot sets are DataSources (vmoe/train/train_evals.py). configs/ build
 `config.data` from `DataConfig`, so its defaults are the configs'.
 
 Light on purpose (no TensorFlow): the configs' parse imports it before anything heavy loads; the

@@ -73,7 +73,8 @@ MUTATIONS = (
              'jax.vmap(jax.random.fold_in, (0, None))(keys, 0)',
              ('data/device_augment_test.py::test_each_random_op_draws_from_its_place_in_the_string',)),
     Mutation('shipped key ignores the example seed', 'data/shipping.py',
-             'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), tf.constant(0xFFFFFFFF, tf.int64))',
+             'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), '
+             'tf.constant(0xFFFFFFFF, tf.int64))',
              'low = tf.zeros([2], tf.int64)',
              ('data/pipeline_test.py::test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
     Mutation('device multi-hot keeps the padding', 'data/device_augment.py',
