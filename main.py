@@ -1,4 +1,6 @@
-"""Pretrains and evaluates one config: python main.py --config=configs/b32_sinkhorn_ec.py --workdir=DIR.
+"""Pretrains and evaluates one config.
+
+  python main.py --config=configs/b32_sinkhorn_ec.py --workdir=DIR
 
 Overrides work as ml-collections users expect, e.g. --config.num_train_steps=100 or
 --config=configs/b32_sinkhorn_ec.py:c=2 for capacity factor 2 (k=2 for token choice routers).
@@ -34,7 +36,8 @@ from vmoe.train import workdir as workdir_lib
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: configs/FILE.py:c=2.',
     lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and summary.json.')
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Directory for checkpoints, metrics and summary.json.')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None, 'host:port of process 0 when several processes run without '
     'SLURM or Cloud TPU (default: JAX_COORDINATOR_ADDRESS; unset: one process).')
@@ -48,8 +51,9 @@ _VERBOSE = flags.DEFINE_bool(
 flags.mark_flags_as_required(['config', 'workdir'])
 
 def parse_experiment() -> experiment_lib.Experiment:
-  """The experiment of the parsed --config and its overrides, every check run (vmoe/train/experiment.py
-  parse): batch sizes the user set are kept, the config file's fitted to the devices."""
+  """The experiment of the parsed --config and its overrides, every check run
+  (vmoe/train/experiment.py parse): batch sizes the user set are kept, the config file's fitted to
+  the devices."""
   return experiment_lib.parse(_CONFIG.value, fixed=_overrides())
 
 

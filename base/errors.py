@@ -1,8 +1,9 @@
 """The one exception type for errors a user causes and can fix.
 
 `main.py` (vmoe/run/cli.py) and the argparse tools (`run_tool`) catch `UserError` and print its
-message alone (no traceback) with exit status 2, so the message must say what to change. Anything else is a bug and keeps its traceback. A leaf
-module: it imports nothing of the project, so any package may raise it.
+message alone (no traceback) with exit status 2, so the message must say what to change. Anything
+else is a bug and keeps its traceback. A leaf module: it imports nothing of the project, so any
+package may raise it.
 
 A full disk is a user error too: `disk_full_is_user_error` turns one into a UserError that names
 the directory and what to free.

@@ -7,7 +7,8 @@ TF_USE_LEGACY_KERAS asks for tf_keras; tf_keras is not installed, so TensorFlow 
 every process that trains or reads data. A user's own TF_USE_LEGACY_KERAS setting is kept: code
 of theirs that needs tf.keras in the same process sets TF_USE_LEGACY_KERAS=0. The setting is
 in os.environ, so processes started from here inherit it.
-data/__init__.py and vmoe/run/observability.py import this module before anything imports TensorFlow.
+data/__init__.py and vmoe/run/observability.py import this module before anything imports
+TensorFlow.
 """
 import os
 

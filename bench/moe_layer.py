@@ -188,9 +188,9 @@ class CompiledRow(NamedTuple):
 
 def compile_row(args) -> CompiledRow:
   """The row's layer on --groups groups of 8 images, each of group_size / 8 tokens, applied as
-  the train step applies the model (vmoe/train/train_step.py): the routers' state mutable (lossfree_tc's
-  bias update timed), the auxiliary loss added to the loss, gradients of the parameters (not of
-  the state: random_tc's frozen kernel has none) and of the tokens."""
+  the train step applies the model (vmoe/train/train_step.py): the routers' state mutable
+  (lossfree_tc's bias update timed), the auxiliary loss added to the loss, gradients of the
+  parameters (not of the state: random_tc's frozen kernel has none) and of the tokens."""
   module = layer(args)
   shape = (args.groups * IMAGES_PER_GROUP, args.group_size // IMAGES_PER_GROUP, args.dim)
   x = jax.random.normal(jax.random.PRNGKey(0), shape)

@@ -8,8 +8,8 @@ softmax combine, k = 1 and 2) and router=dense (the same ViT with dense MLPs: th
 of c = 1), each a bench/step.py Stepper, all timed in interleaved rounds. The grid runs
 `--processes` times, each in a fresh process (bench/processes.py), and the record keeps every
 run (`runs`); a router's ratio (`ratios`) is the median of its per-process ratios. Targets (the
-trainer issue's, at c = 1): sparse routers within 1.3x the dense step, Soft MoE within 1.2x. results/cost.py prices the tiny study's controlled
-training cost with the rows' step_ms.
+trainer issue's, at c = 1): sparse routers within 1.3x the dense step, Soft MoE within 1.2x.
+results/cost.py prices the tiny study's controlled training cost with the rows' step_ms.
 """
 import argparse
 import json

@@ -11,8 +11,9 @@ choices (Every-2, E = 32, C = round(c T / E) with c in {1, 2}, ImageNet 10-shot)
 
 A config argument selects presets, big_vision style: `configs/b32_sinkhorn_ec.py:c=2,runlocal=True`
 (`parse_arg`); single values are overridden with `--config.KEY=VALUE`. Each block is built from its
-section's dataclass (vmoe/train/experiment.py `config_block`), so a key not set below holds that class's
-default, and vmoe/train/experiment.py `parse` turns the whole config into a vmoe.train.experiment.Experiment.
+section's dataclass (vmoe/train/experiment.py `config_block`), so a key not set below holds that
+class's default, and vmoe/train/experiment.py `parse` turns the whole config into a
+vmoe.train.experiment.Experiment.
 """
 import math
 

@@ -150,8 +150,8 @@ def test_soft_moe_c2_builds_twice_the_slots():
     assert params['block_01']['moe']['router']['phi'].shape == (768, 32, slots)
 
 
-# (T, C, effective c = C E / T) of every paper config under the default rule (round, halves to even):
-# sparse routers route 8 images of 50 (B/32) or 197 (B/16, L/16) tokens; Soft MoE one image.
+# (T, C, effective c = C E / T) of every paper config under the default rule (round, halves to
+# even): sparse routers route 8 images of 50 (B/32) or 197 (B/16, L/16) tokens; Soft MoE one image.
 EFFECTIVE_CAPACITY = {
     ('b32', 'sparse', 1): (400, 12, 0.96),      # 12.5 -> 12.
     ('b32', 'sparse', 2): (400, 25, 2.0),       # 25.
@@ -198,8 +198,8 @@ def test_effective_capacity_of_the_paper_configs(name):
     ('soft_moe', 1.25, (17, 3)),
 ])
 def test_capacities_outside_the_papers_grid_parse(router, capacity, expected):
-  # The paper configs restrict their argument c to the paper's (1, 2); the library takes any
-  # c > 0, and any integer k <= E for token choice (vmoe/model/moe_test.py trains the layer at these).
+  # The paper configs restrict their argument c to the paper's (1, 2); the library takes any c > 0,
+  # and any integer k <= E for token choice (vmoe/model/moe_test.py trains the layer at these).
   config = common.override(load('tiny', f'router={router}'),
                            {'moe.router.capacity_factor': capacity})
   assert routed_capacity(config)[:2] == expected
@@ -329,7 +329,8 @@ def _tiny(**changes):
 
 
 @pytest.mark.parametrize('changes,num_devices,message', [
-    ({'moe.router.name': 'top2'}, 1, "moe.router: unknown router 'top2'; valid routers: .*sinkhorn_ec"),
+    ({'moe.router.name': 'top2'}, 1,
+     "moe.router: unknown router 'top2'; valid routers: .*sinkhorn_ec"),
     ({'model.variant': 'XXL/7'}, 1, "model: unknown ViT variant 'XXL/7'"),
     ({'model.variant': 'XS'}, 1, 'names no patch size'),
     ({'moe.router.capacity_factor': 0.0}, 1, 'capacity factor must be > 0, got 0.0'),
@@ -372,7 +373,8 @@ def test_parse_names_what_to_change(changes, num_devices, message):
 def test_unknown_and_missing_keys_fail_listing_the_valid_ones():
   config = _tiny()
   config.model.depth = 3
-  with pytest.raises(ValueError, match=r'unknown config key\(s\) model.depth; valid: model.variant'):
+  with pytest.raises(ValueError,
+                     match=r'unknown config key\(s\) model.depth; valid: model.variant'):
     parse(config)
   del config.model['depth']
   del config.model['variant']

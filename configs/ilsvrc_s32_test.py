@@ -48,7 +48,8 @@ def moe_blocks(params) -> list[str]:
 def test_every_rung_config_validates_and_builds(router, c):
   config = ilsvrc_s32.get_config(f'router={router},c={c}')
   parsed = experiment_lib.parse(config, num_devices=1)
-  assert parsed.router_name == router and config.config_arg == f'router={router},c={c},runlocal=False'
+  assert (parsed.router_name == router
+          and config.config_arg == f'router={router},c={c},runlocal=False')
   params = build_abstract(parsed)
   assert moe_blocks(params) == ([] if router == router_names.DENSE else ['block_05', 'block_07'])
   # The same backbone and schedule for every router: only the moe block differs.

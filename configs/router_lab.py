@@ -7,7 +7,8 @@ and a user's own (docs/routers.md), which launch/sweep.py runs through it.
 
   python main.py --config=configs/router_lab.py:arch=b32,router=lossfree_tc,c=1 \
       --workdir=runs/b32_lossfree_tc_c1
-  python main.py --config=configs/router_lab.py:arch=b16,router=my_router,router_module=my_router.py \
+  python main.py \
+      --config=configs/router_lab.py:arch=b16,router=my_router,router_module=my_router.py \
       --workdir=runs/b16_my_router_c1
 CPU mode (a 'mu' model, 2 steps): add runlocal=True.
 """

@@ -65,7 +65,8 @@ def test_build_and_read(tmp_path, release, prefix):
   # refused in one line that names fall11 and the override.
   sources.check_available(data_config(**{**dataclasses.asdict(config), 'train_images': 6}))
   with pytest.raises(ValueError) as error:
-    sources.check_available(data_config(**{**dataclasses.asdict(config), 'train_images': 14_094_722}))
+    sources.check_available(
+        data_config(**{**dataclasses.asdict(config), 'train_images': 14_094_722}))
   text = str(error.value)
   assert '\n' not in text
   for expected in (f"imagenet21k/{release} split 'full[3:]' has 6 examples",
@@ -127,7 +128,8 @@ def test_odd_members_are_reencoded_or_skipped_and_listed(tmp_path, caplog):
   # data.train_images 15 - 3 = 12 (the release's count of full[3:]) and 9 (the split's own).
   for train_images in (12, 9):
     sources.check_available(dataclasses.replace(config, train_images=train_images))
-  with pytest.raises(ValueError, match=r"'full\[3:\]' has 9 examples \(its build skipped 3 undecodable"):
+  with pytest.raises(ValueError,
+                     match=r"'full\[3:\]' has 9 examples \(its build skipped 3 undecodable"):
     sources.check_available(dataclasses.replace(config, train_images=11))
 
 

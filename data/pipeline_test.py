@@ -173,8 +173,8 @@ def test_fewshot_draws_exact_counts_deterministically(digits_dir):
   assert not np.array_equal(images, other)
   counts = np.bincount(pipeline.split_labels(config, 'train'))
   assert counts.sum() == 1000 and counts.max() < 200
-  with pytest.raises(ValueError, match=rf"class {counts.argmin()} has {counts.min()} examples in sklearn_digits "
-                                       r"split 'train', fewer than shots=200"):
+  with pytest.raises(ValueError, match=rf"class {counts.argmin()} has {counts.min()} examples "
+                                       r"in sklearn_digits split 'train', fewer than shots=200"):
     pipeline.fewshot_batches(config, 'train', shots=200, seed=0, pp=pp, batch_size=32)
 
 

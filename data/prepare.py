@@ -112,7 +112,8 @@ def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
   seed = tf.zeros([2], tf.int64)   # `decode` draws no randomness.
   decode = lambda example: ops.apply(reader.steps, example, seed)
   # The image's shape is the output: a decode whose result went unused could be pruned away.
-  decoded = no_autograph.without_autograph(lambda t, example: (t, tf.shape(decode(example)['image'])))
+  decoded = no_autograph.without_autograph(
+      lambda t, example: (t, tf.shape(decode(example)['image'])))
   slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
   passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.parallel_calls())
   ok = np.zeros(split_records.num_examples, bool)
@@ -138,7 +139,8 @@ def main(argv=None) -> int:
   convert_parser.add_argument('dataset_version_dir', help='e.g. DATA_DIR/imagenet2012/5.1.0')
   embedded_parser = commands.add_parser('embedded', help=f'prepare {" and ".join(EMBEDDED)}')
   embedded_parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS\'s)')
-  check_parser = commands.add_parser('check', help='list the records of a split that fail to decode')
+  check_parser = commands.add_parser(
+      'check', help='list the records of a split that fail to decode')
   check_parser.add_argument('name', help='a data.name, e.g. imagenet21k/fall11')
   check_parser.add_argument('--split', required=True, help='e.g. full, train_minus_holdout')
   for option in sources.CHECK_OPTIONS:   # The DataSource fields sources.check_command writes.

@@ -497,8 +497,8 @@ def check_available(data_config) -> None:
              if skipped else '')
     raise errors.UserError(
         f'{data_config.name} split {data_config.train_split!r} has {num_train:,} examples{skips}, '
-        f'but num_train_steps was computed for data.train_images={expected:,}{source.size_note}; to '
-        f'train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
+        f'but num_train_steps was computed for data.train_images={expected:,}{source.size_note}; '
+        f'to train on these {num_train:,} instead, set --config.data.train_images={num_train} and '
         f'--config.num_train_steps to match (epochs x {num_train} / batch_size).')
   if num_classes is not None and data_config.num_classes < num_classes:
     raise errors.UserError(f'data.num_classes={data_config.num_classes} but {data_config.name} '

@@ -399,7 +399,8 @@ class FewShotEvaluator:
         yield metric_name(name, shots, 'cv', 'std'), cell.cv.std
 
 
-def extract_features(feature_fn: Callable, batches: Iterable[dict]) -> tuple[np.ndarray, np.ndarray]:
+def extract_features(feature_fn: Callable,
+                     batches: Iterable[dict]) -> tuple[np.ndarray, np.ndarray]:
   """Concatenated (N, F) float64 features and (N,) int labels of the unmasked rows."""
   features, labels = [], []
   for batch in batches:

@@ -156,7 +156,8 @@ def batches_of(images, labels, batch_size=64):
   mask = (np.arange(size) < n).astype(np.float32)
   for s in range(0, size, batch_size):
     rows = take[s:s + batch_size]
-    yield {'image': images[rows].reshape(-1, 8, 8), 'label': labels[rows], 'mask': mask[s:s + batch_size]}
+    yield {'image': images[rows].reshape(-1, 8, 8), 'label': labels[rows],
+           'mask': mask[s:s + batch_size]}
 
 
 def evaluate_arrays(pool_features, pool_labels, test_features, test_labels, *, shots, seeds):

@@ -42,7 +42,8 @@ MAX_DEMO_STEPS = 3000         # See `affordable`.
 # 3 hours of 20-minute blocks of 7 runs (make demo's budget and size; see `affordable`).
 STUDY_MAX_RUNS = (STUDY_BUDGET_S // DEMO_BUDGET_S) * DEMO_CONFIGS
 MIN_SEEDS = 3
-AUGMENT = 'decode(channels=1)|{}|value_range(-1, 1)|onehot(10, key="label", key_result="labels")|keep("image", "labels")'
+AUGMENT = ('decode(channels=1)|{}|value_range(-1, 1)|onehot(10, key="label", '
+           'key_result="labels")|keep("image", "labels")')
 
 
 @dataclasses.dataclass(frozen=True)

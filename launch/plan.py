@@ -10,15 +10,16 @@ libtpu's compiler threads) lowers what the process holds while it compiles.
 For B/32, B/16 and L/16 with E = 32 experts (softmax_ec, c = 1) at the paper's batch of 4096, on
 each slice of SLICES, this compiles the real sharded train step (the trainer's: mixup, loss,
 gradients, Adam update; state donated) on the configs' mesh data x expert (mesh.expert = -1:
-expert = gcd(devices, E), vmoe/model/sharding.py `resolve`; every expert on one device when there are
-at least E devices); and the ImageNet-1k rung's published cell (configs/ilsvrc_s32_vmoe.py) on
+expert = gcd(devices, E), vmoe/model/sharding.py `resolve`; every expert on one device when there
+are at least E devices); and the ImageNet-1k rung's published cell (configs/ilsvrc_s32_vmoe.py) on
 each slice of RUNG_SLICES, in a section of its own that --rung-only rewrites alone. It reads the
 compiler's own counters of the per-device program:
   arguments  memory_analysis().argument_size_in_bytes: the device's share of the train state
              (parameters and Adam's two moments, expert weights split over 'expert') and batch;
   temporary  memory_analysis().temp_size_in_bytes: activations kept for the backward pass,
              gradients, the all-to-all buffers, every other intermediate at the peak;
-  FLOPs      cost_analysis()['flops'] (vmoe/train/flops.py: what XLA counts) of the per-device program.
+  FLOPs      cost_analysis()['flops'] (vmoe/train/flops.py: what XLA counts) of the per-device
+             program.
 The outputs (the new state) alias the donated arguments, so a device needs arguments + temporary.
 Parameter and optimizer bytes come from the state's shapes and shardings. The same step is
 compiled again under each of PRECISIONS (bfloat16 compute, remat) for the peak per device

@@ -125,7 +125,8 @@ def test_the_memory_scheduler_lets_remat_save_memory():
       def block(w, x):
         return x + jax.nn.gelu(x @ w[0]) @ w[1]
       def loss(ws, x, remat):
-        f = jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable) if remat else block
+        f = (jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)
+             if remat else block)
         for w in ws:
           x = f(w, x)
         return jnp.sum(x ** 2)

@@ -79,7 +79,8 @@ SHOTS = 10                     # Per ImageNet-1k class: exactly the 10-shot set.
 ALLOWANCE_BYTES = 5 * 2 ** 30
 GIB = 2 ** 30
 REPORT_FILE = 'rehearsal.json'
-FALL11 = 'imagenet21k/fall11'  # The release the paper configs count (data/imagenet21k.py RELEASES[0]).
+FALL11 = 'imagenet21k/fall11'  # The release the paper configs count (data/imagenet21k.py
+                               # RELEASES[0]).
 SAMPLE_SECONDS = 0.5
 # The console lines the stages are recognised by: observability.Progress's progress line and
 # console.header's start.

@@ -36,11 +36,14 @@ from data import embedded  # pylint: disable=g-import-not-at-top,wrong-import-po
 from data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe.routing import names as router_names  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe.routing import router as router_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    names as router_names)
+from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    router as router_lib)
 from vmoe.run import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.run import run_outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe.train import experiment as experiment_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe.train import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    experiment as experiment_lib)
 from vmoe.train import train_program  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.train import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -9,7 +9,8 @@ The grid (paper Sec. 4.1): the dense ViT baseline (`dense`: the same model with 
 the six routers x capacity c in {1, 2} (k for token choice), 13 runs; with --include-ablation also
 Sinkhorn Token Choice without softmax combine at k = 1 and 2 (the paper's Figure 3). --routers and
 --capacities keep part of it; --routers also adds any other registered router (the routers
-after the paper, or a user's own from --router-module, docs/routers.md). Seeds 0..N-1 with --seeds N, seed by seed. Each run is one command,
+after the paper, or a user's own from --router-module, docs/routers.md). Seeds 0..N-1 with
+--seeds N, seed by seed. Each run is one command,
   .venv/bin/python main.py --config=configs/b32_sinkhorn_tc.py:c=2 \\
       --workdir=workdirs/b32/sinkhorn_tc_c2_nosmc_s1 \\
       --config.moe.router.softmax_combine=False --config.seed=1
@@ -124,7 +125,8 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
 def _check_registered(routers: Sequence[str], router_module: str) -> None:
   """Routers outside the paper's are looked up in the registry, which loads JAX: only then."""
   from vmoe.routing import registry   # pylint: disable=g-import-not-at-top
-  from vmoe.routing import router as router_lib   # pylint: disable=g-import-not-at-top,unused-import
+  from vmoe.routing import (   # pylint: disable=g-import-not-at-top,unused-import
+      router as router_lib)
   registry.import_router_module(router_module)
   unknown = sorted(set(routers) - set(registry.ROUTERS))
   if unknown:

@@ -49,9 +49,9 @@ and every 10-shot column), on the seeds' means. The verdict rule, fixed before t
   side is the extreme of several rows (the best other router, the worst Expert Choice router),
   beating that extreme is beating every row (an intersection-union test, valid at ALPHA), but the
   extreme is biased towards the other sign: 'opposite shown' then needs p times the number of
-  pairs it was chosen among (Bonferroni) below ALPHA. Otherwise 'not shown'. Each verdict states the smallest
-  margin its seeds call shown (t_{1 - ALPHA/2, df} s.e., before any Holm adjustment) and the
-  difference they detect with POWER (t_{1 - ALPHA/2, df} + t_{POWER, df}) s.e.: "not shown" with
+  pairs it was chosen among (Bonferroni) below ALPHA. Otherwise 'not shown'. Each verdict states the
+  smallest margin its seeds call shown (t_{1 - ALPHA/2, df} s.e., before any Holm adjustment) and
+  the difference they detect with POWER (t_{1 - ALPHA/2, df} + t_{POWER, df}) s.e.: "not shown" with
   that much power is the result.
 A row with a single seed in a table with no pooled spread is 'n=1, spread unknown'. Costs are the
 caller's: results/tables.py passes the controlled cost of results/cost.py where the benchmark
@@ -269,7 +269,8 @@ def _accuracy_verdicts(all_stats: dict, ablated: dict, dense: Stat | None, add: 
   """Claims 0-5 at one (arch, dataset, capacity, metric); `dense` is the baseline's Stat.
 
   add(claim, margin, units, detail, chosen_among=1): units is the margin's sum c_i^2 / n_i, and
-  chosen_among the number of pairs an extreme side was chosen among (see the module docstring). Claim 0 takes every router; claims 1-5 the paper's six only.
+  chosen_among the number of pairs an extreme side was chosen among (see the module docstring).
+  Claim 0 takes every router; claims 1-5 the paper's six only.
   """
   for router, stat in all_stats.items():
     if dense is not None:
@@ -454,7 +455,8 @@ def to_markdown(verdicts: Sequence[Verdict], seeds: dict, notes: Sequence[str] =
          'at", what the seeds exclude as well as what they fail to show. Claim 4\'s margin '
          'subtracts the range of the Expert Choice means, which is positive even when the '
          'routers are equal: that range\'s expected value for equal routers (its upward bias) '
-         'is stated beside it. p seed-blocked (exploratory): the same margin judged by the residual spread of a '
+         'is stated beside it. p seed-blocked (exploratory): the same margin judged by the '
+         'residual spread of a '
          'configuration + seed model, since every configuration ran the same seeds; Holm-'
          'adjusted as p; the registered verdict is the one on the pooled spread. '
          f'{superseded_lib.MARK}: a row that a later fix superseded, named with its rerun.',

@@ -42,7 +42,8 @@ def test_margins_are_hand_worked_and_single_seeds_have_no_spread(tmp_path):
     assert all(v.holds and v.strength == 'n=1, spread unknown'
                for v in (means, worst, soft))
   text = claims.to_markdown(list(verdicts.values()), claims.seeds_per_table(rows))
-  assert '## B/32 on imagenet21k (seeds per row: 1)' in text and '| +4.00 |  |  |  |  |  | yes |' in text
+  assert ('## B/32 on imagenet21k (seeds per row: 1)' in text
+          and '| +4.00 |  |  |  |  |  | yes |' in text)
 
 
 def test_pooled_spread_decides_the_strength(tmp_path):
@@ -130,8 +131,8 @@ def test_paper_cli_words_the_claims_as_the_paper(tmp_path):
   text = out.read_text()
   assert 'at a fixed compute budget' in text and claims.PAPER_UNCHECKABLE in text
   assert '## B/32 on JFT-300M (seeds per row: 1)' in text
-  assert '| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % |  |  |  |  |  | yes |' in (
-      text)
+  assert ('| 6a. Sparsity-constrained EC costs the most | 1 | training cost | +53.94 % '
+          '|  |  |  |  |  | yes |' in text)
 
 
 def write_three_seeds(root, rows):
@@ -217,8 +218,8 @@ def test_expected_range_of_equal_means():
 def test_seed_blocked_spread_removes_the_shared_seed_effect():
   # 3 configurations x 4 seeds: y = config effect + seed effect + residual. The residuals are
   # +-1 (and a row of 0) with zero row and column sums, so the additive fit leaves them exactly:
-  # sum of squares 8 on (3 - 1)(4 - 1) = 6 df, sd sqrt(4 / 3). The seed effect (0, 5, -3, 2) would inflate the
-  # unblocked pooled spread.
+  # sum of squares 8 on (3 - 1)(4 - 1) = 6 df, sd sqrt(4 / 3). The seed effect (0, 5, -3, 2) would
+  # inflate the unblocked pooled spread.
   residual = [[1, -1, 1, -1], [-1, 1, -1, 1], [0, 0, 0, 0]]
   seeds, configs = (0.0, 5.0, -3.0, 2.0), (10.0, 20.0, 30.0)
   rows = {}

@@ -1,8 +1,10 @@
 """The paper's rows as results/ shows them: titles, order and allocations of its routers,
 beside the published numbers (base/published.py, which configs/ read too).
 """
-from base.published import ARCHS, CAPACITIES, PAPER, ROUTERS, RUNG_ARCH, RUNG_CELL  # pylint: disable=unused-import
-from base.published import RUNG_PUBLISHED, RUNG_SPLITS, SOURCES, PaperCell, RungCell  # pylint: disable=unused-import
+from base.published import (  # pylint: disable=unused-import
+    ARCHS, CAPACITIES, PAPER, ROUTERS, RUNG_ARCH, RUNG_CELL)
+from base.published import (  # pylint: disable=unused-import
+    RUNG_PUBLISHED, RUNG_SPLITS, SOURCES, PaperCell, RungCell)
 from base.published import lookup  # pylint: disable=unused-import
 from vmoe.routing import names as router_names
 

@@ -36,7 +36,8 @@ def test_lookup_misses_are_none_and_titles_follow_the_paper():
   assert paper.row_title('topp_tc', 2.0) == 'Top-p Token Choice (k=2)'
   assert paper.row_title('base', 1.0) == 'BASE layers (c=1)'
   # A user's router: by the title and allocation its runs recorded, else by its name.
-  assert paper.row_title('ema_tc', 1.0, 'EMA-balanced TC', 'token_choice') == 'EMA-balanced TC (k=1)'
+  assert (paper.row_title('ema_tc', 1.0, 'EMA-balanced TC', 'token_choice')
+          == 'EMA-balanced TC (k=1)')
   assert paper.row_title('ema_tc', 2.0) == 'ema_tc (c=2)'
 
 

@@ -33,7 +33,8 @@ from results import cost as cost_lib  # pylint: disable=g-import-not-at-top,wron
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmoe.routing import names as router_names  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    names as router_names)
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star. Other routers get a diamond; the dense baseline is a dashed line (and a point).

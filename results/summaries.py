@@ -1,4 +1,5 @@
-"""Runs' summary.json files (written by vmoe/train/trainer.py at the end of a run), read and grouped.
+"""Runs' summary.json files (written by vmoe/train/trainer.py at the end of a run), read and
+grouped.
 
 A run is identified by (arch, dataset, router, capacity, softmax_combine); its seeds are the
 repetitions that tables and figures average. Summaries are read through the trainer's own record,
@@ -137,8 +138,8 @@ def _same_config(runs: list[Run]) -> tuple[list[Run], list[str]]:
 def group_seeds(runs: Iterable[Run]) -> tuple[dict[tuple, list[Run]], list[str]]:
   """{key: runs sorted by seed}. Runs of one key whose resolved configs differ in more than the
   seed are not averaged: the row keeps those that match its first recorded config (in path
-  order) and the others are reported as problems. Two runs of one key and seed (a copied or repeated workdir)
-  keep the newer summary, and the older one is reported as a problem."""
+  order) and the others are reported as problems. Two runs of one key and seed (a copied or repeated
+  workdir) keep the newer summary, and the older one is reported as a problem."""
   by_key: dict[tuple, list[Run]] = {}
   for run in runs:
     by_key.setdefault(run.key, []).append(run)

@@ -11,8 +11,9 @@ Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c =
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
 upstream precision@1, few-shot accuracies (best l2 and CV l2), wall-clock training device-hours,
 the controlled device-hours of results/cost.py (one benchmark's step time x steps: comparable
-across runs made at different times) where --step-times covers the runs, devices, FLOPs per step; with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days
-beside ours for the paper's architectures. With several seeds a cell is mean +- sample std.
+across runs made at different times) where --step-times covers the runs, devices, FLOPs per step;
+with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days beside ours for the
+paper's architectures. With several seeds a cell is mean +- sample std.
 """
 import argparse
 import dataclasses

@@ -28,7 +28,8 @@ _records = {}                           # nodeid -> record (on the process that 
 
 def pytest_addoption(parser):
   parser.addoption(OPTION, metavar='FILE', default=None,
-                   help='write each test\'s CPU seconds (own, subprocesses\', JAX compiles) to FILE')
+                   help='write each test\'s CPU seconds (own, subprocesses\', JAX compiles) '
+                        'to FILE')
 
 
 def _on_event(event: str, duration: float, **kwargs):

@@ -5,10 +5,10 @@ that the suite notices.
 
 Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur
 once) in a fresh copy of the tracked files, then runs the tests that should catch it; the
-mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one line per mutation and
-exits 1 if any survived. It costs a pytest process per mutation (a few minutes in all), so it is
-a tool to run by hand after changing routing or augmentation code or its tests, not part of the
-suite.
+mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one
+line per mutation and exits 1 if any survived. It costs a pytest process per mutation (a few
+minutes in all), so it is a tool to run by hand after changing routing or augmentation code or
+its tests, not part of the suite.
 """
 import argparse
 import os
@@ -35,18 +35,21 @@ MUTATIONS = (
     Mutation('lossfree combine without its bias', 'vmoe/routing/lab_routers.py',
              'return sigmoid_gate.combine_weights(inputs.logits, scores,',
              'return sigmoid_gate.combine_weights(inputs.logits, inputs.logits,',
-             ('vmoe/routing/lab_routers_test.py::test_lossfree_combine_weighs_the_experts_its_bias_chose',)),
+             ('vmoe/routing/lab_routers_test.py::'
+              'test_lossfree_combine_weighs_the_experts_its_bias_chose',)),
     Mutation('top-p loss dropped', 'vmoe/routing/lab_routers.py',
              'return loss, top_p.routing_metrics(', 'return 0.0, top_p.routing_metrics(',
              ('vmoe/routing/lab_routers_test.py::test_top_p_losses_and_metrics_by_value',)),
     Mutation('assignment_unfilled inverted', 'vmoe/routing/lab_routers.py',
              "{'assignment_unfilled': 1.0 - jnp.mean(filled) / expected}",
              "{'assignment_unfilled': jnp.mean(filled) / expected}",
-             ('vmoe/routing/lab_routers_test.py::test_assignment_unfilled_counts_the_missing_placements',)),
+             ('vmoe/routing/lab_routers_test.py::'
+              'test_assignment_unfilled_counts_the_missing_placements',)),
     Mutation('bias update with the wrong sign', 'vmoe/routing/sigmoid_gate.py',
              'return bias + rate * jnp.sign(jnp.mean(load) - load)',
              'return bias + rate * jnp.sign(load - jnp.mean(load))',
-             ('vmoe/routing/router_test.py::test_a_router_with_state_updates_it_once_per_training_call_and_never_in_evaluation',)),
+             ('vmoe/routing/router_test.py::test_a_router_with_state_updates_it_once_per_'
+              'training_call_and_never_in_evaluation',)),
     Mutation('group score of a gate without bias from its top 2', 'vmoe/routing/sigmoid_gate.py',
              'group_score = jnp.max(grouped, axis=-1)',
              'group_score = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)',
@@ -71,7 +74,8 @@ MUTATIONS = (
     Mutation('device tail draws every op from the same key', 'data/device_augment.py',
              'jax.vmap(jax.random.fold_in, (0, None))(keys, call.index)',
              'jax.vmap(jax.random.fold_in, (0, None))(keys, 0)',
-             ('data/device_augment_test.py::test_each_random_op_draws_from_its_place_in_the_string',)),
+             ('data/device_augment_test.py::'
+              'test_each_random_op_draws_from_its_place_in_the_string',)),
     Mutation('shipped key ignores the example seed', 'data/shipping.py',
              'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), '
              'tf.constant(0xFFFFFFFF, tf.int64))',

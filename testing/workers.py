@@ -19,10 +19,11 @@ from base import host
 
 CI_WORKERS = 2
 # One worker's peak RSS, its subprocesses included: `measure` on
-# `pytest -p no:xdist main_test.py vmoe/train/multidevice_test.py vmoe/train/trainer_test.py`, the files whose
-# tests start subprocesses beside the test process (main_test.py starts every case's main.py at
-# once), peaked at PEAK_MEASURED bytes (3.78 GiB). A worker that ran other tests first holds more
-# of its own (compiled programs, caches): WORKER_PEAK_BYTES, 5 GiB, leaves about a third for that.
+# `pytest -p no:xdist main_test.py vmoe/train/multidevice_test.py vmoe/train/trainer_test.py`, the
+# files whose tests start subprocesses beside the test process (main_test.py starts every case's
+# main.py at once), peaked at PEAK_MEASURED bytes (3.78 GiB). A worker that ran other tests first
+# holds more of its own (compiled programs, caches): WORKER_PEAK_BYTES, 5 GiB, leaves about a third
+# for that.
 PEAK_MEASURED = 4_063_965_184
 WORKER_PEAK_BYTES = 5 * 2**30
 # A cgroup v1 memory limit at or above this means none (the kernel writes about 2**63).

@@ -98,7 +98,7 @@ def routing_metrics(route, num_tokens: int, capacity: int) -> dict:
     num_groups = route.slot_token.shape[0]
     group = jnp.arange(num_groups)[:, None, None]
     count = jnp.zeros((num_groups, num_tokens), jnp.int32).at[group, route.slot_token].add(
-        1, mode='drop')                                       # (G, S) experts processing each token.
+        1, mode='drop')                                      # (G, S) experts processing each token.
     load = jnp.mean(route.slot_token < num_tokens, axis=(0, 2))
   else:
     count = jnp.sum(jnp.any(route.dispatch > 0, axis=-1), axis=-1)   # (G, S)
@@ -143,11 +143,12 @@ class MoeConfig:
   num_experts = 0 makes a dense model (router None; `config.moe.router` is then ignored).
   every: Every-`every` placement (the paper's Every-2); last: when > 0, only the last `last` of
   those blocks (V-MoE's "Last 2" with every = 2; vit.moe_layer_indices; 0: all of them, the
-  paper's); group_size: images per routing group (Soft MoE routes each image alone); dispatch: 'indices' (gather/scatter) or 'einsum' (the dense
-  reference path); dispatch_dtype: the dtype of the dispatch and combine buffers under a float32
-  model (`buffer_dtype`; the paper configs' 'bfloat16' is V-MoE's); expert_init: see Experts;
-  dropout_rate: the experts' dropout (V-MoE's moe.dropout_rate, 0.2 in its ImageNet-1k S/32
-  config), None: the model's dropout_rate, as every block's MLP (`expert_dropout`).
+  paper's); group_size: images per routing group (Soft MoE routes each image alone); dispatch:
+  'indices' (gather/scatter) or 'einsum' (the dense reference path); dispatch_dtype: the dtype of
+  the dispatch and combine buffers under a float32 model (`buffer_dtype`; the paper configs'
+  'bfloat16' is V-MoE's); expert_init: see Experts; dropout_rate: the experts' dropout (V-MoE's
+  moe.dropout_rate, 0.2 in its ImageNet-1k S/32 config), None: the model's dropout_rate, as every
+  block's MLP (`expert_dropout`).
   The router's capacity factor is any c > 0, or any integer k <= E for token choice (the paper
   configs restrict their argument c to the paper's grid: configs/common.py, which builds
   `config.moe` from this class). The checks that involve the model (placement, an expert choice
@@ -275,7 +276,8 @@ class MoeMlp(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = False):
-    # A parsed experiment's batches are whole routing groups on every device (vmoe/train/experiment.py).
+    # A parsed experiment's batches are whole routing groups on every device
+    # (vmoe/train/experiment.py).
     batch, tokens_per_image, dim = x.shape
     groups = x.reshape(batch // self.images_per_group, self.images_per_group * tokens_per_image,
                        dim)

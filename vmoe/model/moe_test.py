@@ -45,16 +45,18 @@ def dense_routing_tensors(variables, group, config):
 
 
 def reference_moe(variables, x, config):
-  """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a time."""
+  """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a
+  time."""
   experts = variables['params']['experts']
-  images_per_group = 1 if config.spec.allocation.kind == router_names.SOFT_ALLOCATION else GROUP_SIZE
+  images_per_group = (1 if config.spec.allocation.kind == router_names.SOFT_ALLOCATION
+                      else GROUP_SIZE)
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
 
   def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.
     dispatch, combine = dense_routing_tensors(variables, group, config)
     y = jnp.zeros_like(group)
     for r in range(NUM_EXPERTS):
-      expert_inputs = dispatch[:, r, :].T @ group                  # (C, D): row c is X^T D[:, r, c].
+      expert_inputs = dispatch[:, r, :].T @ group                 # (C, D): row c is X^T D[:, r, c].
       hidden = nn.gelu(expert_inputs @ experts['wi'][r] + experts['bi'][r])
       y = y + combine[:, r, :] @ (hidden @ experts['wo'][r] + experts['bo'][r])
     return y

@@ -98,7 +98,8 @@ def _path_names(path) -> list:
 
 
 def leaf_spec(path, leaf) -> P:
-  """Expert weights (under an 'experts' module, leading axis E) go over 'expert'; the rest replicate."""
+  """Expert weights (under an 'experts' module, leading axis E) go over 'expert'; the rest
+  replicate."""
   if 'experts' in _path_names(path) and getattr(leaf, 'ndim', 0) >= 1:
     return P('expert')
   return P()

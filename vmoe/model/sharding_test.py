@@ -1,7 +1,7 @@
 """Tests of the mesh, sharding rules and multi-process start on this process's one CPU device.
 
-The 8-device expert-parallel step is in vmoe/train/multidevice_test.py; two processes training together
-are in launch/distributed_test.py.
+The 8-device expert-parallel step is in vmoe/train/multidevice_test.py; two processes training
+together are in launch/distributed_test.py.
 """
 import jax
 import jax.numpy as jnp

@@ -35,9 +35,10 @@ class Size:
 # ViT sizes (Dosovitskiy et al. 2021, Table 1; Ti from Touvron et al. 2021). The paper uses B/32,
 # B/16 and L/16. 'VMoE-S' is V-MoE's own "S" (google-research/vmoe configs/vmoe_paper/common.py
 # get_vmoe_config, variant index 0: width 512, 8 blocks, MLP 2048, 8 heads), which its ImageNet-1k
-# S/32 config warns is not ViT's 'S' (12 blocks of width 384). Two CPU sizes: 'mu' (after big_vision's test size,
-# with depth 2 so that Every-2 places one MoE layer) backs the runlocal modes and tests; 'XS' is
-# the embedded Fashion-MNIST study of configs/tiny.py (two MoE layers out of four blocks).
+# S/32 config warns is not ViT's 'S' (12 blocks of width 384). Two CPU sizes: 'mu' (after
+# big_vision's test size, with depth 2 so that Every-2 places one MoE layer) backs the runlocal
+# modes and tests; 'XS' is the embedded Fashion-MNIST study of configs/tiny.py (two MoE layers out
+# of four blocks).
 SIZES = {
     'mu': Size(width=32, depth=2, mlp_dim=128, num_heads=2),
     'XS': Size(width=64, depth=4, mlp_dim=128, num_heads=4),

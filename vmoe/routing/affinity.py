@@ -3,10 +3,11 @@
 Axis letters: t = token (T tokens of one routing group), e = expert (E experts), k = kept entries.
 
 Three affinities of the paper (section "MoE layers instantiated by different routers"):
-  softmax               Pi_softmax = softmax(X W), rows sum to 1               (eq. softmax-affinity)
-  sinkhorn              Pi_ent: entropic OT, rows sum to 1, columns to T/E      (eq. sinkhorn-objective)
+  softmax               Pi_softmax = softmax(X W), rows sum to 1          (eq. softmax-affinity)
+  sinkhorn              Pi_ent: entropic OT, rows sum to 1, columns to T/E
+                                                                          (eq. sinkhorn-objective)
   sparsity_constrained  Pi_sparse: quadratic OT on softmax scores with at most C
-                        nonzeros per expert column                              (eq. sparsity-constrained)
+                        nonzeros per expert column                        (eq. sparsity-constrained)
 All are pure functions of one group; vmap them over groups.
 """
 from typing import NamedTuple
@@ -246,7 +247,8 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
   Primal (eq. sparsity--constrained-objective, a = 1_T, b = (T/E) 1_E):
     max_Pi <Pi, S> - 1/2 ||Pi||_F^2  s.t. Pi >= 0, Pi 1_E = a, Pi^T 1_T = b, ||Pi[:, e]||_0 <= C.
   Dualising only the row constraint with potentials alpha (T,) gives the semi-dual
-    F(alpha) = <alpha, a> + sum_e max_{p in b_e Simplex, ||p||_0 <= C} <p, S[:, e] - alpha> - 1/2||p||^2,
+    F(alpha) = <alpha, a>
+               + sum_e max_{p in b_e Simplex, ||p||_0 <= C} <p, S[:, e] - alpha> - 1/2||p||^2,
   a convex function (a maximum of affine functions of alpha) whose inner maximiser is a sparse
   simplex projection of S[:, e] - alpha. Every column of the recovered plan therefore has at most C
   nonzeros and sums to T/E exactly; the rows sum to 1 only as far as the solver converged (and

@@ -28,8 +28,9 @@ def test_softmax_rows_sum_to_one():
 
 
 def test_sinkhorn_two_by_two_closed_form():
-  # With T = E = 2 both marginals are 1, so Pi = [[p, 1-p], [1-p, p]], and Pi_ij ∝ exp(L_ij) u_i v_j
-  # gives p^2 / (1-p)^2 = exp(L00 + L11 - L01 - L10) = e^2, i.e. p = sigmoid(1) = 0.731059.
+  # With T = E = 2 both marginals are 1, so Pi = [[p, 1-p], [1-p, p]], and
+  # Pi_ij ∝ exp(L_ij) u_i v_j gives p^2 / (1-p)^2 = exp(L00 + L11 - L01 - L10) = e^2, i.e.
+  # p = sigmoid(1) = 0.731059.
   plan = affinity.sinkhorn(jnp.array([[2.0, 0.0], [0.0, 0.0]]), num_iters=100)
   np.testing.assert_allclose(plan, [[0.731059, 0.268941], [0.268941, 0.731059]], atol=1e-5)
 

@@ -82,7 +82,8 @@ def token_choice_slots(scores: jax.Array, capacity: int, k: int,
     requests = requests * made[:, None]
   position = jnp.sum(jnp.cumsum(requests, axis=0) * requests, axis=1) - 1  # (k*T,)
   token = jnp.tile(jnp.arange(num_tokens, dtype=jnp.int32), k)
-  discard = num_experts * capacity                             # One spare slot for dropped requests.
+  discard = num_experts * capacity                             # One spare slot for dropped
+                                                               # requests.
   slot = jnp.where(made & (position < capacity), expert * capacity + position, discard)
   slot_token = jnp.full((discard + 1,), num_tokens, jnp.int32).at[slot].set(token)
   return slot_token[:discard].reshape(num_experts, capacity)

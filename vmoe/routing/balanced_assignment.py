@@ -115,12 +115,12 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   the dropped ones; every full assignment drops T - E C tokens, so the optimum over real slots is
   unchanged). When E C > T, E C - T placeholder tokens are worth one constant to every expert
   (every full assignment places them all, so the optimum over the real tokens is unchanged; their
-  slots come out empty). Rows r (the E experts and the drop row) own slots; prices p start at 0. In each round the row with the most free slots (the first
-  on ties) bids (`_bid`) for its best token among those it does not hold, valued
-  v_j = a[j, r] - p_j; j's previous holder loses it. The phases run this at decreasing epsilons
-  (`epsilon_schedule`); between phases each row keeps the tokens worth at least its best unheld
-  value minus the next epsilon and frees the rest, and the prices stay (valid on a square
-  problem).
+  slots come out empty). Rows r (the E experts and the drop row) own slots; prices p start at 0. In
+  each round the row with the most free slots (the first on ties) bids (`_bid`) for its best token
+  among those it does not hold, valued v_j = a[j, r] - p_j; j's previous holder loses it. The phases
+  run this at decreasing epsilons (`epsilon_schedule`); between phases each row keeps the tokens
+  worth at least its best unheld value minus the next epsilon and frees the rest, and the prices
+  stay (valid on a square problem).
 
   Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
   hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is

@@ -39,7 +39,8 @@ TITLES = {
     'sinkhorn_ec': 'Sinkhorn Expert Choice', 'sparsity_ec': 'Sparsity-constrained Expert Choice',
     'soft_moe': 'Soft MoE',
     'sigmoid_tc': 'Sigmoid Token Choice', 'lossfree_tc': 'Loss-free balanced Token Choice',
-    'base': 'BASE layers', 'topp_tc': 'Top-p Token Choice', 'random_tc': 'Fixed random Token Choice',
+    'base': 'BASE layers', 'topp_tc': 'Top-p Token Choice',
+    'random_tc': 'Fixed random Token Choice',
 }
 # The router name of a model without MoE layers (moe.num_experts = 0): the dense ViT baseline.
 DENSE = 'dense'

@@ -250,9 +250,9 @@ class Router(nn.Module):
   Call with groups x (G, S, D); returns (SparseRouting | DenseRouting, metrics): metrics holds
   'aux_loss', the spec's own metrics, 'state_NAME_range' (max - min) of each floating array of
   a router state (lossfree_tc's 'state_bias_range') and, for the sparsity-constrained affinity,
-  the solver's health over the G groups, 'solver_row_error' (mean |row sum - 1|) and 'solver_fallbacks' (how
-  many groups' solvers returned their start; see affinity.SolverReport). Training noise draws from
-  the 'gating' RNG stream.
+  the solver's health over the G groups, 'solver_row_error' (mean |row sum - 1|) and
+  'solver_fallbacks' (how many groups' solvers returned their start; see affinity.SolverReport).
+  Training noise draws from the 'gating' RNG stream.
 
   A router with a RouterState keeps it in the ROUTER_STATE collection ('state'; a frozen gating
   kernel is 'kernel' there). In training, where that collection is mutable, the state is updated

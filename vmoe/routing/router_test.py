@@ -20,8 +20,8 @@ route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2))
 
 def test_registry_has_the_paper_routers_and_rejects_unknown_names():
   assert set(router_lib.PAPER_ROUTERS) <= set(router_lib.ROUTERS)
-  with pytest.raises(ValueError, match='unknown router .*valid routers: .*sinkhorn_ec, sinkhorn_tc.*'
-                                       'router_module=PATH'):
+  with pytest.raises(ValueError, match='unknown router .*valid routers: .*sinkhorn_ec, '
+                                       'sinkhorn_tc.*router_module=PATH'):
     registry.get('sinkhorn')
   with pytest.raises(ValueError, match='unknown router'):
     router_lib.RouterConfig(name='top2', capacity_factor=1)
@@ -98,8 +98,10 @@ def test_a_new_router_is_one_registry_entry(monkeypatch):
 @pytest.mark.parametrize('kwargs,message', [
     (dict(name='softmax_ec', capacity_factor=0), 'capacity factor must be > 0'),
     (dict(name='softmax_tc', capacity_factor=1.5), 'must be an integer'),
-    (dict(name='softmax_tc', capacity_factor=1, load_loss_weight=0.01), 'needs? .*noise|router noise'),
-    (dict(name='softmax_ec', capacity_factor=1, noise_std=1, load_loss_weight=0.01), 'token choice'),
+    (dict(name='softmax_tc', capacity_factor=1, load_loss_weight=0.01),
+     'needs? .*noise|router noise'),
+    (dict(name='softmax_ec', capacity_factor=1, noise_std=1, load_loss_weight=0.01),
+     'token choice'),
     (dict(name='sinkhorn_tc', capacity_factor=1, sinkhorn_iters=0), 'sinkhorn_iters'),
     (dict(name='sparsity_ec', capacity_factor=1, sparsity_warm_start=-1), 'sparsity_warm_start'),
     (dict(name='softmax_ec', capacity_factor=1, num_selected_experts=2),

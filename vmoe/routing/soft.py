@@ -30,7 +30,8 @@ def soft_routing(x: jax.Array, phi: jax.Array, scale=None):
     dispatch (T, E, C), summing to 1 over t; combine (T, E, C), summing to 1 over (e, c).
   """
   if x.ndim != 2 or phi.ndim != 3 or x.shape[1] != phi.shape[0]:
-    raise ValueError(f'soft_routing needs x (T, D) and phi (D, E, C), got {x.shape} and {phi.shape}.')
+    raise ValueError(f'soft_routing needs x (T, D) and phi (D, E, C), got {x.shape} and '
+                     f'{phi.shape}.')
   x = x.astype(jnp.float32)
   phi = phi.astype(jnp.float32)
   if scale is not None:

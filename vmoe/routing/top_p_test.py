@@ -39,7 +39,8 @@ def test_slots_combine_and_metrics_hand_worked():
   slot_token = allocation.token_choice_slots(probs, 2, 2, choices)
   np.testing.assert_array_equal(slot_token, [[0, 1], [1, 2]])
   # Combine: the probabilities themselves, unnormalised.
-  np.testing.assert_allclose(allocation.slot_weights(slot_token, probs), [[0.9, 0.35], [0.65, 0.62]])
+  np.testing.assert_allclose(allocation.slot_weights(slot_token, probs),
+                             [[0.9, 0.35], [0.65, 0.62]])
   # 6 requests from 4 tokens (1.5 each); 4 placed, so 2 / 6 dropped.
   metrics = top_p.routing_metrics(choices, slot_token, 4)
   np.testing.assert_allclose(metrics['experts_per_token'], 1.5)

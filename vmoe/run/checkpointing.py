@@ -204,8 +204,8 @@ def read_latest(workdir: str, abstract_state, fresh_state=None):
 
 def read_run_state(workdir: str, program):
   """(step, state) of the newest intact checkpoint of the run in WORKDIR, read into `program`'s
-  (vmoe/train/train_program.py) state and shardings as `read_latest` reads (fresh values stand in only
-  for FIELDS_ADDED); a UserError when none reads back intact."""
+  (vmoe/train/train_program.py) state and shardings as `read_latest` reads (fresh values stand in
+  only for FIELDS_ADDED); a UserError when none reads back intact."""
   restored = read_latest(
       workdir, abstract_with_shardings(program.abstract_state, program.state_shardings),
       fresh_state=lambda: program.init_state(jax.random.PRNGKey(0)))

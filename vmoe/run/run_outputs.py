@@ -16,8 +16,8 @@ CONFIG_FILE = 'config.json'
 # the status a shell gives a process killed by Ctrl-C, so the sweep stops as if it had been.
 INTERRUPTED = 128 + signal.SIGINT
 # Its exit status after it saved its checkpoint on a preemption notice (SIGTERM, to it or to another
-# process of the run; vmoe/run/preemption.py): 0, as schedulers expect of a job that stopped cleanly.
-# It writes no SUMMARY_FILE then, which tells it from a finished run: `stopped_early`.
+# process of the run; vmoe/run/preemption.py): 0, as schedulers expect of a job that stopped
+# cleanly. It writes no SUMMARY_FILE then, which tells it from a finished run: `stopped_early`.
 PREEMPTED = 0
 
 

@@ -1,5 +1,5 @@
-"""Tests of vmoe/train/experiment.py's batch fitting: batch sizes fitted to the devices, or one error
-naming them all. (What every config parses to, and the errors a bad one gets, are
+"""Tests of vmoe/train/experiment.py's batch fitting: batch sizes fitted to the devices, or one
+error naming them all. (What every config parses to, and the errors a bad one gets, are
 configs/configs_test.py's.)"""
 import json
 import os

@@ -12,9 +12,9 @@ runs them; its `evaluate(variables, step)` -> {metric name: float} runs those th
   router/BLOCK/...                 the routers' health on those eval batches (mean over batches;
                                    the padding rows of the last batch take part in routing);
   fewshot/DATASET/Kshot[_cv][_std] every fewshot.every_steps and at the end (evaluation.fewshot).
-Every batch is a whole number of routing groups (vmoe/train/experiment.py fits or checks eval.batch_size
-and fewshot.batch_size), so evaluation routes exactly as training does. safe_point() is called
-before every batch, so that a preemption notice can end an evaluation between two batches
+Every batch is a whole number of routing groups (vmoe/train/experiment.py fits or checks
+eval.batch_size and fewshot.batch_size), so evaluation routes exactly as training does. safe_point()
+is called before every batch, so that a preemption notice can end an evaluation between two batches
 (vmoe/run/preemption.py: it raises there).
 """
 import dataclasses

@@ -1,7 +1,7 @@
 """A run's training program, built one way: model -> optimizer -> init -> shardings -> step.
 
-`build(experiment)` returns a TrainProgram: what the trainer (vmoe/train/trainer.py) compiles and runs.
-The step benchmarks (bench/), the scaling plan (launch/plan.py) and the 8-device test
+`build(experiment)` returns a TrainProgram: what the trainer (vmoe/train/trainer.py) compiles and
+runs. The step benchmarks (bench/), the scaling plan (launch/plan.py) and the 8-device test
 (vmoe/train/multidevice_test.py) build theirs with it too, so they time, plan and test the very step
 the trainer runs. Nothing here starts training or installs signal handlers.
 """

@@ -62,8 +62,8 @@ def prepare(workdir: str) -> None:
 def guard(workdir: str, experiment: experiment_lib.Experiment,
           fixed: Collection[str] | None = None) -> experiment_lib.Experiment:
   """The experiment to run in `workdir`: `experiment` itself in a new workdir, whose config it
-  records (in the config's layout: vmoe/train/experiment.py parses it back); in a workdir that holds a
-  run, `experiment` resuming it, or a UserError if that run's config differs.
+  records (in the config's layout: vmoe/train/experiment.py parses it back); in a workdir that holds
+  a run, `experiment` resuming it, or a UserError if that run's config differs.
 
   What identifies the run is its resolved config less the mesh: a run resumes on another number
   of devices with its recorded batch sizes (experiment.with_recorded_batches; `fixed`: the keys
