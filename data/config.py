@@ -60,12 +60,6 @@ class DataConfig(DataSource):
 
   def __post_init__(self):
     device_split.check_augment_on(self.augment_on)
-    if self.augment_on == 'device':
-      for name in ('pp_train', 'pp_eval'):
-        try:
-          device_split.split(getattr(self, name))
-        except ValueError as e:
-          raise ValueError(f'data.{name}: {e}') from None
     if self.num_classes < 1:
       raise ValueError(f'data.num_classes must be >= 1, got {self.num_classes}.')
     if self.shuffle_buffer < 1:
@@ -73,4 +67,12 @@ class DataConfig(DataSource):
                        f'{self.shuffle_buffer}.')
     if self.train_images is not None and self.train_images < 1:
       raise ValueError(f'data.train_images must be >= 1 or None, got {self.train_images}.')
+    for name in ('pp_train', 'pp_eval'):
+      # The labels the pp makes are the head's classes, on either path.
+      device_split.check_label_depths(getattr(self, name), self.num_classes, f'data.{name}')
+      if self.augment_on == 'device':
+        try:
+          device_split.split(getattr(self, name))
+        except ValueError as e:
+          raise ValueError(f'data.{name}: {e}') from None
 

@@ -97,6 +97,20 @@ def label_keys(op: pp_syntax.OpCall) -> tuple[str, str]:
   return bound.get('key', key), bound.get('key_result', result)
 
 
+def label_depth(op: pp_syntax.OpCall) -> int:
+  """The class count of a label op: its `depth`, the first argument."""
+  return op.kwargs['depth'] if 'depth' in op.kwargs else op.args[0]
+
+
+def check_label_depths(pp: str, num_classes: int, where: str) -> None:
+  """Fails when a label op of `pp` makes another number of classes than `num_classes`."""
+  for op in pp_syntax.parse(pp):
+    if op.name in LABEL_OPS and (op.args or 'depth' in op.kwargs):
+      if label_depth(op) != num_classes:
+        raise ValueError(f'{where}: {op.spec} makes {label_depth(op)} classes but '
+                         f'data.num_classes is {num_classes}; make them equal.')
+
+
 def split(pp: str) -> Split:
   """The Split of `pp` (the module docstring). A tail that has ops but does not end in keep fails:
   the host would not know which keys to ship."""

@@ -14,17 +14,12 @@ from data import device_split
 from data import ops
 
 
-def _depth(call) -> int:
-  """The `depth` argument of a label op (its first)."""
-  return call.kwargs['depth'] if 'depth' in call.kwargs else call.args[0]
-
-
 def _ids(example: dict, call) -> tf.Tensor:
   """The label ids of `call`'s key, checked and cast to int32 (multi_hot's padded with -1)."""
   key = device_split.label_keys(call)[0]
   if key not in example:
     raise ValueError(f'pp op {call.spec}: no key {key!r}; the example has {sorted(example)}.')
-  ids, depth = example[key], _depth(call)
+  ids, depth = example[key], device_split.label_depth(call)
   if call.name == 'onehot':
     if ids.shape.rank != 0:
       raise ValueError(f'pp op onehot: {key!r} holds a list of ids; use multi_hot({depth}).')

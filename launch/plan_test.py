@@ -172,8 +172,10 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
       from configs import common
       from launch import plan
       config = common.get_paper_config('B/32', 'softmax_ec', 'c=1,runlocal=True')
+      pp = f'decode(channels=3)|resize(32)|value_range(-1, 1)|{common.labels_pp(10)}'
       config = common.override(config, {'model.image_size': 32, 'model.patch_size': 8,
                                         'model.num_classes': 10, 'data.num_classes': 10,
+                                        'data.pp_train': pp, 'data.pp_eval': pp,
                                         'batch_size': 32, 'moe.num_experts': 4,
                                         'eval.batch_size': 32, 'fewshot.batch_size': 32})
       slice_ = plan.Slice('TPU v5e-4', 4, 16.0, 197.0, 'v5e:2x2')

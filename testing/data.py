@@ -17,7 +17,8 @@ MULTILABEL_PP = 'decode|resize(4)|value_range(0, 1)|multi_hot(8)|keep("image", "
 
 def data_config(**overrides) -> data_config_lib.DataConfig:
   """A data section of digits (unless overridden), as the pipeline reads it."""
-  pp = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+  num_classes = overrides.get('num_classes', 10)
+  pp = f'decode(channels=1)|value_range(-1, 1)|onehot({num_classes})|keep("image", "labels")'
   config = dict(name='digits', train_split='train', eval_split='test', pp_train=pp, pp_eval=pp,
                 num_classes=10, shuffle_buffer=10_000)
   return data_config_lib.DataConfig(**{**config, **overrides})
