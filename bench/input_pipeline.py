@@ -38,6 +38,7 @@ from bench import timing
 from configs import common
 from configs import ilsvrc_s32
 from data import config as data_config
+from data import device_split
 from data import imagenet21k
 from data import ops
 from data import pipeline
@@ -92,8 +93,9 @@ def images_per_second(config, pp: str, args, augment_on: str = 'host') -> dict:
   """Images/second of the median timed window (--window-batches batches) after --warmup, and per
   vCPU (the pipeline's parallel calls, one core each), with the pp's tail run where augment_on
   says (data.augment_on: 'device' ships uint8 images, label ids and keys)."""
+  classes = device_split.label_depths(pp)[-1]    # The pp's one-hot: 21,843, or the rung's 1,000.
   iterator = pipeline.make_train_iterator(
-      dataclasses.replace(config, pp_train=pp, augment_on=augment_on),
+      dataclasses.replace(config, pp_train=pp, augment_on=augment_on, num_classes=classes),
       batch_size=args.batch_size, seed=0)
   window = lambda: [next(iterator) for _ in range(args.window_batches)]
   ms = timing.time_ms(window, warmup=args.warmup, repeats=args.windows)

@@ -102,13 +102,18 @@ def label_depth(op: pp_syntax.OpCall) -> int:
   return op.kwargs['depth'] if 'depth' in op.kwargs else op.args[0]
 
 
+def label_depths(pp: str) -> list[int]:
+  """The class counts of `pp`'s label ops, in order."""
+  return [label_depth(op) for op in pp_syntax.parse(pp)
+          if op.name in LABEL_OPS and (op.args or 'depth' in op.kwargs)]
+
+
 def check_label_depths(pp: str, num_classes: int, where: str) -> None:
   """Fails when a label op of `pp` makes another number of classes than `num_classes`."""
-  for op in pp_syntax.parse(pp):
-    if op.name in LABEL_OPS and (op.args or 'depth' in op.kwargs):
-      if label_depth(op) != num_classes:
-        raise ValueError(f'{where}: {op.spec} makes {label_depth(op)} classes but '
-                         f'data.num_classes is {num_classes}; make them equal.')
+  for depth in label_depths(pp):
+    if depth != num_classes:
+      raise ValueError(f'{where}: {pp!r} makes {depth} classes but data.num_classes is '
+                       f'{num_classes}; make them equal.')
 
 
 def split(pp: str) -> Split:

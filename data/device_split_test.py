@@ -96,5 +96,13 @@ def test_the_host_checks_what_it_ships(pp, example, message):
     ship(pp, example)
 
 
+def test_a_pps_label_ops_make_the_datas_classes_on_either_path():
+  assert device_split.label_depths(PAPER_PP) == [21843]
+  for augment_on in device_split.AUGMENT_ON:
+    with pytest.raises(ValueError, match='makes 10 classes but data.num_classes is 8'):
+      data_config(num_classes=8, augment_on=augment_on,
+                  pp_train='decode|onehot(10)|keep("image", "labels")')
+
+
 def test_recorded_configs_without_the_key_are_host_runs():
   assert data_config_lib.DataConfig.__dataclass_fields__['augment_on'].default == 'host'
