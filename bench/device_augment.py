@@ -19,8 +19,6 @@ import statistics
 import sys
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from base import atomic
 from base import published
@@ -28,22 +26,19 @@ from bench import paper_step
 from bench import step
 from bench import timing
 from data import device_augment
-from data import device_split
+from vmoe.train import train_program
 
 TARGET_SHARE = 0.05
 MAGNITUDES = (10, 20)
 
 
 class Augmenter:
-  """The jitted tail of `pp` (data/device_augment.py run_tail) on `batch` synthetic shipped
-  examples of an image of `image_shape` and `num_classes` classes."""
+  """The jitted tail of a device-path stepper's training pp (data/device_augment.py run_tail),
+  alone, on the synthetic batch that stepper's step takes (bench/step.py synthetic_batch)."""
 
-  def __init__(self, pp: str, batch: int, image_shape: tuple, num_classes: int):
-    self.split = device_split.split(pp)
-    rng = np.random.default_rng(0)
-    self.batch = {'image': jnp.asarray(rng.integers(0, 256, (batch,) + image_shape), jnp.uint8),
-                  'label': jnp.asarray(rng.integers(0, num_classes, batch), jnp.int32),
-                  device_split.AUGMENT_KEY: jax.vmap(jax.random.PRNGKey)(jnp.arange(batch))}
+  def __init__(self, device: step.Stepper):
+    self.split = train_program.device_tail(device.experiment)
+    self.batch = jax.device_put(step.synthetic_batch(device.program))
     self.fn = jax.jit(functools.partial(device_augment.run_tail, self.split))
 
   def __call__(self):
@@ -73,8 +68,7 @@ def run(args) -> dict:
   host = step.Stepper(config('host'))
   devices = [step.Stepper(config('device', m)) for m in MAGNITUDES]
   e = host.experiment
-  augmenters = [Augmenter(d.experiment.data.pp_train, e.batch_size, e.model.image_shape,
-                          e.model.num_classes) for d in devices]
+  augmenters = [Augmenter(d) for d in devices]
   timers = ([functools.partial(step.one_round, s, args.steps, args.warmup)
              for s in [host] + devices] +
             [functools.partial(a.round, args.steps, args.warmup) for a in augmenters])

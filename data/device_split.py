@@ -65,14 +65,21 @@ class Split:
     keeps = [op.args for op in self.tail if op.name == 'keep']
     return tuple(keeps[-1]) if keeps else None
 
+  def passed_keys(self) -> tuple[str, ...]:
+    """The tail's keep keys that the host ships as they are: neither the image, nor a label op's
+    input or output."""
+    if not self.tail:
+      return ()
+    made = {label_keys(op)[1] for op in self.tail if op.name in LABEL_OPS}
+    inputs = {label.key for label in self.label_inputs}
+    return tuple(k for k in self.keep if k not in made | inputs | {'image'})
+
   def shipped_keys(self) -> tuple[str, ...]:
     """The keys the host ships (the module docstring); empty when the tail is empty."""
     if not self.tail:
       return ()
-    made = {label_keys(op)[1] for op in self.tail if op.name in LABEL_OPS}
-    inputs = [label.key for label in self.label_inputs]
-    passed = [k for k in self.keep if k not in made and k != 'image' and k not in inputs]
-    return ('image', *dict.fromkeys(inputs), *passed) + ((AUGMENT_KEY,) if self.random else ())
+    inputs = dict.fromkeys(label.key for label in self.label_inputs)
+    return ('image', *inputs, *self.passed_keys()) + ((AUGMENT_KEY,) if self.random else ())
 
   def shipped_shapes(self, image_shape: tuple) -> dict:
     """{key: (shape, dtype name)} of one shipped training example, for an image (H, W, C); the
@@ -82,7 +89,7 @@ class Split:
       shapes[label.key] = ((MAX_LABEL_IDS,) if label.multi else (), 'int32')
     if self.random:
       shapes[AUGMENT_KEY] = ((2,), 'uint32')
-    unknown = [k for k in self.shipped_keys() if k not in shapes]
+    unknown = list(self.passed_keys())
     if unknown:
       raise ValueError(f'data.pp_train {self.pp!r} keeps {unknown}, which the training step does '
                        'not read; keep only "image" and the labels.')
@@ -114,6 +121,15 @@ def check_label_depths(pp: str, num_classes: int, where: str) -> None:
     if depth != num_classes:
       raise ValueError(f'{where}: {pp!r} makes {depth} classes but data.num_classes is '
                        f'{num_classes}; make them equal.')
+
+
+def tail_on_device(pp: str, augment_on: str) -> Split | None:
+  """The Split of `pp` when data.augment_on = `augment_on` moves a tail to the accelerator, else
+  None (a host run, or a pp that ends in the host's ops)."""
+  if augment_on != 'device':
+    return None
+  cut = split(pp)
+  return cut if cut.tail else None
 
 
 def split(pp: str) -> Split:

@@ -131,8 +131,8 @@ def _open_reader(data_config: data_config_lib.DataSource, split: str, pp: str,
   shipping of what the tail needs (data/shipping.py); else None."""
   records = sources.open_split(data_config, split)
   steps, select = ops.build(pp), None
-  cut = device_split.split(pp) if on_device else None
-  if cut is not None and cut.tail:
+  cut = device_split.tail_on_device(pp, 'device' if on_device else 'host')
+  if cut is not None:
     steps, select = steps[:cut.head_length], shipping.shipper(cut)
   if not data_config.cache:
     return reader_lib.Reader(records, steps, pp, None), select

@@ -38,9 +38,7 @@ def shipper(split: device_split.Split) -> Callable[[dict, tf.Tensor], dict]:
   """fn(example after split's head, its seed) -> the keys the host ships (data/batches.py's
   `select`)."""
   labels = [call for call in split.tail if call.name in device_split.LABEL_OPS]
-  passed = [k for k in split.shipped_keys()
-            if k not in ('image', device_split.AUGMENT_KEY) and
-            k not in {device_split.label_keys(call)[0] for call in labels}]
+  passed = split.passed_keys()
 
   def ship(example: dict, seed: tf.Tensor) -> dict:
     image = example.get('image')

@@ -77,10 +77,7 @@ def check_pp(pp: str, data: data_config_lib.DataConfig) -> None:
 def on_device_tail(pp: str, data: data_config_lib.DataConfig) -> device_split.Split | None:
   """The tail of an evaluation pp the accelerator runs under data.augment_on = 'device', or None:
   the host ships uint8 images and label ids (data/device_split.py)."""
-  if data.augment_on != 'device':
-    return None
-  tail = device_split.split(pp)
-  return tail if tail.tail else None
+  return device_split.tail_on_device(pp, data.augment_on)
 
 
 def eval_set_source(data: data_config_lib.DataConfig,

@@ -75,10 +75,7 @@ class TrainProgram:
 
 def device_tail(experiment: experiment_lib.Experiment) -> device_split.Split | None:
   """The training pp's tail the accelerator runs (data.augment_on = 'device'), or None."""
-  if experiment.data.augment_on != 'device':
-    return None
-  tail = device_split.split(experiment.data.pp_train)
-  return tail if tail.tail else None
+  return device_split.tail_on_device(experiment.data.pp_train, experiment.data.augment_on)
 
 
 def build_step(experiment: experiment_lib.Experiment, model, tx, mesh, state_shardings):
