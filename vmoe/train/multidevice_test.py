@@ -240,8 +240,10 @@ def compare_device_tail() -> dict:
   eight = jax.device_get(sharded)
   return {'key': 'device_tail', 'image_diff': float(np.max(np.abs(one['image'] - eight['image']))),
           'labels_diff': float(np.max(np.abs(one['labels'] - eight['labels']))),
-          'changed': float(np.mean(np.any(one['image'] != batch['image'] / 127.5 - 1,
-                                          axis=(1, 2, 3)))),
+          # Images the tail changed beyond value range's own rounding (an ulp of 1).
+          'changed': float(np.mean(np.any(
+              np.abs(one['image'] - (batch['image'].astype(np.float32) * np.float32(2 / 255) - 1))
+              > F32_EPS, axis=(1, 2, 3)))),
           'image_shards': len(sharded['image'].sharding.device_set)}
 
 
@@ -336,11 +338,14 @@ def test_bfloat16_sharded_step_equals_the_single_device_step(results, router):
 
 
 def test_the_device_augmentation_gives_the_same_batch_on_1_and_8_devices(results):
-  # Per example, the tail reads its own pixels and key only, and computes in integers up to the
-  # value range: the same numbers whatever the sharding, bit for bit.
+  # Per example, the tail reads its own pixels and key only, and computes in integers (uint8
+  # pixels, integer tables, truncated blends, rounded warps) up to the value range: the same
+  # pixels whatever the sharding. The value range is one multiply and one add in float32, which
+  # either program's compiler may fuse into one rounding: at most an ulp of 1 (F32_EPS) apart.
+  # The one-hot labels are exact.
   r = results['device_tail']
   assert r['image_shards'] == NUM_DEVICES
-  assert r['image_diff'] == 0 and r['labels_diff'] == 0
+  assert r['image_diff'] <= F32_EPS and r['labels_diff'] == 0
   assert r['changed'] > 0.9      # RandAugment (2, 20) changes nearly every image.
 
 
