@@ -11,7 +11,8 @@ Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c =
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
 upstream precision@1, few-shot accuracies (best l2 and CV l2), wall-clock training device-hours,
 the controlled device-hours of results/cost.py (one benchmark's step time x steps: comparable
-across runs made at different times) where --step-times covers the runs, devices, FLOPs per step;
+across runs made at different times) where --step-times covers the runs, FLOPs per step, devices,
+the commit (the summary's, else results/provenance.py's record);
 with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days beside ours for the
 paper's architectures. With several seeds a cell is mean +- sample std.
 """
@@ -27,6 +28,7 @@ from base.stats import Stat
 from results import claims
 from results import cost
 from results import paper
+from results import provenance
 from results import study_comparison
 from results import summaries
 from results import superseded
@@ -148,7 +150,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
     header.append(column.title)
     if column.paper_value:
       header.append(column.paper_title)
-  header.append('Devices')
+  header += ['Devices', 'Commit']
   groups: dict[float | None, list[list[str]]] = {}
   missing: dict[str, list[str]] = {}
   for key in keys:
@@ -169,6 +171,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
         value = None if cell is None else column.paper_value(cell)
         cells.append('' if cell is None else ('-' if value is None else format(value, '.2f')))
     cells.append(', '.join(sorted({r.devices() or 'n/a' for r in runs})))
+    cells.append(', '.join(sorted({provenance.short(provenance.commit(r)) for r in runs})))
     groups.setdefault(capacity, []).append(cells)
   notes = [key if not paths else
            f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
