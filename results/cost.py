@@ -31,10 +31,12 @@ def step_key(router: str, capacity, softmax_combine: bool = True) -> tuple:
 @dataclasses.dataclass(frozen=True)
 class StepTimes:
   """One bench/train_step.py result, read once: the file, its benchmarked arch (None when the
-  file does not exist) and {step_key: median step_ms over the benchmark's processes}."""
+  file does not exist), {step_key: median step_ms over the benchmark's processes} and
+  {step_key: each process's step_ms, in the file's order} (the process-to-process spread)."""
   path: str
   arch: str | None
   times: dict[tuple, float]
+  per_process: dict[tuple, list[float]] = dataclasses.field(default_factory=dict)
 
   def controlled_hours(self, run: Run) -> float | None:
     """The run's controlled device-hours, or None if the benchmark did not time its model."""
@@ -83,7 +85,7 @@ def load_step_times(path: str) -> StepTimes:
       key = step_key(row['router'], row['capacity'], row.get('softmax_combine', True))
       per_model.setdefault(key, []).append(row['step_ms'])
   return StepTimes(path, result.get('arch'),
-                   {k: statistics.median(v) for k, v in per_model.items()})
+                   {k: statistics.median(v) for k, v in per_model.items()}, per_model)
 
 
 def add_step_times_flag(parser) -> None:

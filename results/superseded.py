@@ -18,14 +18,23 @@ MARK = '\u2020'   # The dagger beside a superseded row.
 
 def load(runs_dir: str) -> dict[tuple[str, float], str]:
   """{(router, capacity): 'reason; rerun: PATH'} from RUNS_DIR/superseded.json ({} without)."""
+  return {key: f'{reason}; rerun: {rerun}' for key, (reason, rerun) in _entries(runs_dir).items()}
+
+
+def reruns(runs_dir: str) -> dict[tuple[str, float], str]:
+  """{(router, capacity): the directory of its reruns, as superseded.json names it}."""
+  return {key: rerun for key, (_, rerun) in _entries(runs_dir).items()}
+
+
+def _entries(runs_dir: str) -> dict[tuple[str, float], tuple[str, str]]:
+  """{(router, capacity): (reason, rerun)} of RUNS_DIR/superseded.json ({} without)."""
   path = os.path.join(runs_dir, FILE)
   if not os.path.exists(path):
     return {}
   try:
     with open(path, encoding='utf-8') as f:
       entries = json.load(f)
-    return {(e['router'], float(e['capacity'])): f'{e["reason"]}; rerun: {e["rerun"]}'
-            for e in entries}
+    return {(e['router'], float(e['capacity'])): (e['reason'], e['rerun']) for e in entries}
   except (ValueError, KeyError, TypeError) as e:
     raise errors.UserError(f'{path} is not a list of {{"router", "capacity", "reason", '
                            f'"rerun"}} objects ({e!r}); fix or remove it.') from None

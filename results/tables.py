@@ -4,8 +4,9 @@
 
 searches --runs recursively for summary.json files and writes, for each (arch, upstream dataset),
 OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), OUT/claims.md
-(the paper's claims checked, results/claims.py) and the figures of results/plots.py (unless
---no-figures). Every file is written atomically.
+(the paper's claims checked, results/claims.py), the figures of results/plots.py (unless
+--no-figures), and the pages of OUT/prose's templates (results/study_prose.py). Every file is
+written atomically.
 
 Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c = 1 block then the
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
@@ -30,6 +31,7 @@ from results import cost
 from results import paper
 from results import provenance
 from results import study_comparison
+from results import study_prose
 from results import summaries
 from results import superseded
 from results.summaries import Run
@@ -264,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--beside', help='A committed study\'s summaries (e.g. results/tiny/runs): '
                       'also write OUT/beside_study.md, these runs beside its means '
                       '(results/study_comparison.py).')
+  parser.add_argument('--readme', default=os.path.join(summaries.REPO, 'README.md'),
+                      help='The README whose blocks name a template of OUT/prose '
+                      '(results/study_prose.py).')
   cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
@@ -290,6 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                spreads=claims.spreads_per_table(rows),
                                                superseded=replaced))
     written.append(path)
+    if study_prose.templates(args.out):
+      study = study_prose.load(args.runs, args.out, rows, verdicts, price, cost_title,
+                               step_times)
+      written += study_prose.write(args.out, study, args.readme)
   if args.beside:
     text, beside_problems = study_comparison.compare(runs, args.beside)
     path = os.path.join(args.out, 'beside_study.md')
