@@ -92,3 +92,19 @@ def add_step_times_flag(parser) -> None:
   """--step-times: the benchmark result that prices runs (for tables, claims and figures)."""
   parser.add_argument('--step-times', default=DEFAULT_STEP_TIMES,
                       help='bench/train_step.py result for the controlled cost (results/cost.py).')
+
+
+def step_times_beside(directory: str) -> StepTimes | None:
+  """The bench/train_step.py result kept beside a set of runs (the first train_step*.json in
+  directory, by name): the step times of the code those runs trained with; None without one."""
+  found = sorted(n for n in os.listdir(directory) if n.startswith('train_step')
+                 and n.endswith('.json'))
+  return load_step_times(os.path.join(directory, found[0])) if found else None
+
+
+def rerun_pricing(directory: str, default: Callable[[Run], float | None]
+                  ) -> Callable[[Run], float | None]:
+  """cost(run) for reruns in directory: controlled device-hours from their own step benchmark
+  where one is kept beside them (step_times_beside), else `default` (the study's pricing)."""
+  step_times = step_times_beside(directory)
+  return default if step_times is None else step_times.controlled_hours

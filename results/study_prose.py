@@ -47,14 +47,13 @@ def load(runs_dir: str, out_dir: str, rows: dict, verdicts: list, price: Callabl
          cost_title: str, step_times: cost.StepTimes) -> Study:
   """The Study of a runs directory, given what results/tables.py computed from it."""
   replaced = superseded_lib.load(runs_dir)
-  rerun_dirs = {key: os.path.join(summaries.REPO, path)
-                for key, path in superseded_lib.reruns(runs_dir).items()}
+  loaded = superseded_lib.load_reruns(runs_dir)
+  rerun_dirs = {key: directory for key, (directory, _) in loaded.items()}
   reruns, fixed_rows = {}, dict(rows)
-  for key, path in rerun_dirs.items():
-    found, _ = summaries.load_runs(path)
+  for key, (_, found) in loaded.items():
     grouped, _ = summaries.group_seeds(found)
     reruns[key] = grouped
-    fixed_rows.update({k: v for k, v in grouped.items() if (k[2], k[3]) == key})
+    fixed_rows.update(grouped)
   return Study(runs_dir, out_dir, rows, verdicts, price, step_times, replaced, reruns, rerun_dirs,
                fixed_rows, claims.check(fixed_rows, price, cost_title))
 

@@ -501,13 +501,10 @@ class Quantities:
 
   def rerun_step_times(self, router: str, capacity: float, name: str) -> None:
     """The reruns' own step benchmark (a train_step*.json in their directory), if any."""
-    directory = self.study.rerun_dirs[(router, capacity)]
-    found = sorted(n for n in os.listdir(directory) if n.startswith('train_step')
-                   and n.endswith('.json'))
-    if not found:
+    step = cost_lib.step_times_beside(self.study.rerun_dirs[(router, capacity)])
+    if step is None:
       return
-    step = cost_lib.load_step_times(os.path.join(directory, found[0]))
-    self.q[f'{name}_step_file'] = found[0]
+    self.q[f'{name}_step_file'] = os.path.basename(step.path)
     dense = step.times[cost_lib.step_key(router_names.DENSE, None)]
     for c_name, c in CAPACITIES.items():
       ms = step.times[cost_lib.step_key(router, c)]

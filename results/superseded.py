@@ -11,6 +11,7 @@ import os
 import re
 
 from base import errors
+from results import summaries
 
 FILE = 'superseded.json'
 MARK = '\u2020'   # The dagger beside a superseded row.
@@ -46,3 +47,14 @@ def involved(superseded: dict, detail: str, capacity: float | None) -> list[str]
   words = set(re.findall(r'\w+', detail))
   return [f'{router} c={c:g}' for (router, c) in sorted(superseded)
           if router in words and (capacity is None or capacity == c or f'c={c:g}' in detail)]
+
+
+def load_reruns(runs_dir: str) -> dict[tuple[str, float], tuple[str, list]]:
+  """{(router, capacity): (the reruns' directory, their runs of that row)} for each superseded
+  row (directories relative to the repository, as superseded.json names them)."""
+  found = {}
+  for key, path in reruns(runs_dir).items():
+    directory = os.path.join(summaries.REPO, path)
+    runs, _ = summaries.load_runs(directory)
+    found[key] = (directory, [r for r in runs if (r.key[2], r.key[3]) == key and r.key[4]])
+  return found

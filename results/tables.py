@@ -285,7 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   figures = []
   if not args.no_figures:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
-    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs), replaced)
+    reruns = {key: (found, cost.rerun_pricing(directory, price))
+              for key, (directory, found) in superseded.load_reruns(args.runs).items()}
+    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs), replaced,
+                                  reruns)
   written = write_tables(tables, args.out, figures)
   rows, _ = summaries.group_seeds(runs)
   verdicts = claims.check(rows, price, cost_title, replaced)
