@@ -19,6 +19,7 @@ from results import cost as cost_lib
 from results import paper
 from results import prose
 from results import provenance
+from results import rerun_comparison
 from results import summaries
 from vmoe.routing import names as router_names
 
@@ -448,25 +449,20 @@ class Quantities:
     for (router, c), grouped in sorted(self.study.reruns.items()):
       name = router.split('_')[0]
       fixed = self.study.fixed_rows
+      rerun_runs = fixed[self.table + (router, c, True)]
+      by_metric = {(x.metric, x.other): x for x in rerun_comparison.margins(
+          self.study.rows, rerun_runs, router, c, self.table)}
       for m in METRICS:
-        spread = self.spread(m)
-        half = stats_lib.t_quantile(1 - claims.ALPHA / 2, spread.df)
-        new = self.stat(router, c, m, fixed)
         self.q[f'{name}_fix_{m}'] = self.mean_sd(router, c, m, fixed)
         self.q[f'{name}_study_{m}'] = self.mean_sd(router, c, m)
-        for other, key in (('study', (router, c)), ('dense', (router_names.DENSE, None))):
-          old = self.stat(*key, m)
-          margin = 100 * (new.mean - old.mean)
-          se = 100 * spread.stderr(1 / new.n + 1 / old.n)
-          p = stats_lib.two_sided_p(margin / se, spread.df)
+        for other in ('study', 'dense'):
+          x = by_metric[METRICS[m], other]
           prefix = f'{name}_fix_vs_{other}_{m}'
-          self.q[prefix] = signed(margin)
-          self.q[f'{prefix}_se'] = pts(se)
-          self.q[f'{prefix}_p'] = p_text(p)
-          self.q[f'{prefix}_p_times_m'] = p_text(min(1.0, p * int(self.q['zero_m'])))
-          self.q[f'{prefix}_interval'] = (f'{signed(margin - half * se)} to '
-                                          f'{signed(margin + half * se)}')
-          self.q[f'{prefix}_half'] = pts(half * se)
+          self.q[prefix] = signed(x.margin)
+          self.q[f'{prefix}_se'] = pts(x.stderr)
+          self.q[f'{prefix}_p'] = p_text(x.p)
+          self.q[f'{prefix}_p_times_m'] = p_text(min(1.0, x.p * int(self.q['zero_m'])))
+          self.q[f'{prefix}_interval'] = f'{signed(x.low)} to {signed(x.high)}'
         [v] = [v for v in self.verdicts(claims.CLAIM_MOE_DENSE, m, c, fixed=True)
                if v.detail.split()[0] == router]
         self.q[f'{name}_fix_holm_{m}'] = p_text(v.p_adjusted)
@@ -474,11 +470,11 @@ class Quantities:
         [old] = [v for v in self.verdicts(claims.CLAIM_MOE_DENSE, m, c)
                  if v.detail.split()[0] == router]
         self.q[f'{name}_study_verdict_{m}'] = old.strength
-      ps = [float(self.q[f'{name}_fix_vs_study_{m}_p'].split()[-1]) for m in ('up', 'fm')]
+      ps = [by_metric[METRICS[m], 'study'].p for m in ('up', 'fm')]
       self.q[f'{name}_fix_vs_study_verdict'] = ('no change is shown' if min(ps) >= claims.ALPHA
                                                 else 'a change is shown')
-      low, high = (float(x) for x in self.q[f'{name}_fix_vs_study_up_interval'].split(' to '))
-      self.q[f'{name}_fix_vs_study_up_zero'] = 'includes' if low <= 0 <= high else 'excludes'
+      up = by_metric[METRICS['up'], 'study']
+      self.q[f'{name}_fix_vs_study_up_zero'] = 'includes' if up.low <= 0 <= up.high else 'excludes'
       self.q[f'{name}_fix_health'] = self.health([r for runs in grouped.values() for r in runs])
       self.rerun_step_times(router, c, name)
 
