@@ -104,6 +104,7 @@ class Quantities:
     commits = sorted({provenance.short(provenance.commit(r)) for r in runs})
     self.q['study_commit'] = ', '.join(commits)
     self.q['study_cpu'] = ', '.join(sorted({r.get('cpu_model') or 'n/a' for r in runs}))
+    self.q['study_cpu_kinds'] = prose.count_words(len({r.get('cpu_model') for r in runs}))
     self.q['runs_count'] = str(len(runs))
     self.q['configs_count'] = str(len(self.study.rows))
     seeds = sorted({r.seed for r in runs})
