@@ -25,7 +25,9 @@
 #                  checkpoint size in $(WORKDIRS)/rehearsal/rehearsal.json (launch/rehearsal.py;
 #                  up to 45 minutes of 2 cores, about 19 GiB of memory, 15 GB of disk)
 #   make tables    tables, figures and claims from every summary.json under $(TABLES_RUNS), in
-#                  $(TABLES_OUT): by default the committed study's (results/tiny/runs -> results/tiny)
+#                  $(TABLES_OUT): by default the committed study's (results/tiny/runs ->
+#                  results/tiny), with the pages of its prose/ templates (results/tiny/README.md,
+#                  README.md's summary)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv

@@ -205,7 +205,7 @@ def _means(left: Sequence[Stat], right: Sequence[Stat]) -> float:
 
 
 @functools.cache
-def _expected_range(count: int) -> float:
+def expected_range(count: int) -> float:
   """E[max - min] of `count` independent standard normals (1.128 for 2, 1.693 for 3): the range
   of equal routers' means, in units of one mean's standard error. Claim 4's margin subtracts
   the Expert Choice routers' range, so it is biased by minus this times the s.e. when they are
@@ -299,7 +299,7 @@ def _accuracy_verdicts(all_stats: dict, ablated: dict, dense: Stat | None, add: 
     n = sum(stats[r].n for r in ec) / len(ec)
     add(CLAIM_ALLOCATION, gap - spread, units,
         f'|EC mean - TC mean| {100 * gap:.2f} vs EC spread {100 * spread:.2f} ({len(ec)} routers)',
-        bias_units=(_expected_range(len(ec)), 1 / n))
+        bias_units=(expected_range(len(ec)), 1 / n))
   if 'sinkhorn_tc' in stats and 'softmax_tc' in stats:
     a, b = stats['sinkhorn_tc'], stats['softmax_tc']
     add(CLAIM_SINKHORN_TC, a.mean - b.mean, _pair(a, b),
@@ -450,8 +450,10 @@ def to_markdown(verdicts: Sequence[Verdict], seeds: dict, notes: Sequence[str] =
          'standard error from the seed spread pooled over the table\'s configurations. Shown at: '
          f'the smallest margin these seeds call shown (two-sided t test at {ALPHA:g}, before '
          f'any Holm adjustment). Detects: the difference these seeds find with {POWER:.0%} '
-         'power. p: two-sided, Holm-adjusted within the claim\'s comparisons in that table and '
-         'metric where m > 1 (claims 0 and 7). 95% interval: the margin plus or minus "shown '
+         'power. p: two-sided, Holm-adjusted within the claim\'s m comparisons in that table and '
+         'metric (m in parentheses where m > 1: one per capacity for most claims, one per router '
+         'and capacity for claim 0); without parentheses, unadjusted. 95% interval: the '
+         'margin plus or minus "shown '
          'at", what the seeds exclude as well as what they fail to show. Claim 4\'s margin '
          'subtracts the range of the Expert Choice means, which is positive even when the '
          'routers are equal: that range\'s expected value for equal routers (its upward bias) '

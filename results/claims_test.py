@@ -211,8 +211,8 @@ def test_claim_7_tests_every_new_router_against_soft_moe_and_the_best_sparse(tmp
 
 def test_expected_range_of_equal_means():
   # E[max - min] of 2 standard normals is 2 / sqrt(pi); of 3, 3 / sqrt(pi) (both exact).
-  assert claims._expected_range(2) == pytest.approx(2 / math.pi ** 0.5, abs=1e-6)
-  assert claims._expected_range(3) == pytest.approx(3 / math.pi ** 0.5, abs=1e-6)
+  assert claims.expected_range(2) == pytest.approx(2 / math.pi ** 0.5, abs=1e-6)
+  assert claims.expected_range(3) == pytest.approx(3 / math.pi ** 0.5, abs=1e-6)
 
 
 def test_seed_blocked_spread_removes_the_shared_seed_effect():

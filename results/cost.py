@@ -31,10 +31,12 @@ def step_key(router: str, capacity, softmax_combine: bool = True) -> tuple:
 @dataclasses.dataclass(frozen=True)
 class StepTimes:
   """One bench/train_step.py result, read once: the file, its benchmarked arch (None when the
-  file does not exist) and {step_key: median step_ms over the benchmark's processes}."""
+  file does not exist), {step_key: median step_ms over the benchmark's processes} and
+  {step_key: each process's step_ms, in the file's order} (the process-to-process spread)."""
   path: str
   arch: str | None
   times: dict[tuple, float]
+  per_process: dict[tuple, list[float]] = dataclasses.field(default_factory=dict)
 
   def controlled_hours(self, run: Run) -> float | None:
     """The run's controlled device-hours, or None if the benchmark did not time its model."""
@@ -83,10 +85,26 @@ def load_step_times(path: str) -> StepTimes:
       key = step_key(row['router'], row['capacity'], row.get('softmax_combine', True))
       per_model.setdefault(key, []).append(row['step_ms'])
   return StepTimes(path, result.get('arch'),
-                   {k: statistics.median(v) for k, v in per_model.items()})
+                   {k: statistics.median(v) for k, v in per_model.items()}, per_model)
 
 
 def add_step_times_flag(parser) -> None:
   """--step-times: the benchmark result that prices runs (for tables, claims and figures)."""
   parser.add_argument('--step-times', default=DEFAULT_STEP_TIMES,
                       help='bench/train_step.py result for the controlled cost (results/cost.py).')
+
+
+def step_times_beside(directory: str) -> StepTimes | None:
+  """The bench/train_step.py result kept beside a set of runs (the first train_step*.json in
+  directory, by name): the step times of the code those runs trained with; None without one."""
+  found = sorted(n for n in os.listdir(directory) if n.startswith('train_step')
+                 and n.endswith('.json'))
+  return load_step_times(os.path.join(directory, found[0])) if found else None
+
+
+def rerun_pricing(directory: str, default: Callable[[Run], float | None]
+                  ) -> Callable[[Run], float | None]:
+  """cost(run) for reruns in directory: controlled device-hours from their own step benchmark
+  where one is kept beside them (step_times_beside), else `default` (the study's pricing)."""
+  step_times = step_times_beside(directory)
+  return default if step_times is None else step_times.controlled_hours

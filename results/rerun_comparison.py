@@ -7,6 +7,7 @@ one comparison each: a post-hoc look, outside the study's registered rule.
       --router lossfree_tc --capacity 2
 """
 import argparse
+import dataclasses
 import sys
 from typing import Sequence
 
@@ -18,10 +19,41 @@ from results import summaries
 TABLE = ('XS/7', 'fashion_mnist')
 
 
+@dataclasses.dataclass(frozen=True)
+class Margin:
+  """The reruns' mean minus another row's, in points, judged by the study's pooled spread."""
+  metric: str
+  other: str                 # 'dense' or 'study': the dense ViT or the superseded row.
+  other_mean: float          # Points.
+  margin: float
+  stderr: float
+  low: float                 # The 95% interval.
+  high: float
+  p: float
+
+
 def seeds(root: str) -> dict:
   runs, _ = summaries.load_runs(root)
   rows, _ = summaries.group_seeds(runs)
   return rows
+
+
+def margins(study: dict, rerun_runs: list, router: str, capacity: float,
+            table: tuple = TABLE) -> list[Margin]:
+  """Per metric, the reruns (one row's runs) minus the dense ViT and minus the study's row."""
+  row, dense = table + (router, float(capacity), True), table + ('dense', None, True)
+  found = []
+  for metric, value in claims.metrics_of(rerun_runs).items():
+    spread = claims.pooled_spread(study, table, value)
+    new = summaries.stat_of(rerun_runs, value)
+    half = stats.t_quantile(1 - claims.ALPHA / 2, spread.df)
+    for other, key in (('dense', dense), ('study', row)):
+      old = summaries.stat_of(study[key], value)
+      margin = 100 * (new.mean - old.mean)
+      stderr = 100 * spread.stderr(1 / new.n + 1 / old.n)
+      found.append(Margin(metric, other, 100 * old.mean, margin, stderr, margin - half * stderr,
+                          margin + half * stderr, stats.two_sided_p(margin / stderr, spread.df)))
+  return found
 
 
 def compare(study_dir: str, rerun_dir: str, router: str, capacity: float,
@@ -33,20 +65,17 @@ def compare(study_dir: str, rerun_dir: str, router: str, capacity: float,
     raise errors.MissingInput(f'{router} c = {capacity:g} in {rerun_dir}, and it and the dense '
                               f'ViT in {study_dir}, are needed (restore them with git).')
   lines = []
-  for metric, value in claims.metrics_of(rerun[row]).items():
-    spread = claims.pooled_spread(study, table, value)
-    new = summaries.stat_of(rerun[row], value)
-    lines.append(f'{metric}: fixed {100 * new.mean:.2f} ± {100 * new.std:.2f} (n = {new.n}); '
-                 f'study pooled sd {100 * spread.std:.2f} on {spread.df} df')
-    half = stats.t_quantile(0.975, spread.df)
-    for name, key in (('dense', dense), (f"the study's {router} c = {capacity:g}", row)):
-      other = summaries.stat_of(study[key], value)
-      margin = new.mean - other.mean
-      stderr = spread.stderr(1 / new.n + 1 / other.n)
-      lines.append(f'  minus {name} ({100 * other.mean:.2f}): {100 * margin:+.2f} '
-                   f'(95% interval {100 * (margin - half * stderr):+.2f} to '
-                   f'{100 * (margin + half * stderr):+.2f}), s.e. {100 * stderr:.3f}, '
-                   f'p {stats.two_sided_p(margin / stderr, spread.df):.3f}')
+  names = {'dense': 'dense', 'study': f"the study's {router} c = {capacity:g}"}
+  for m in margins(study, rerun[row], router, capacity, table):
+    if m.other == 'dense':
+      value = claims.metrics_of(rerun[row])[m.metric]
+      spread = claims.pooled_spread(study, table, value)
+      new = summaries.stat_of(rerun[row], value)
+      lines.append(f'{m.metric}: fixed {100 * new.mean:.2f} ± {100 * new.std:.2f} '
+                   f'(n = {new.n}); study pooled sd {100 * spread.std:.2f} on {spread.df} df')
+    lines.append(f'  minus {names[m.other]} ({m.other_mean:.2f}): {m.margin:+.2f} '
+                 f'(95% interval {m.low:+.2f} to {m.high:+.2f}), s.e. {m.stderr:.3f}, '
+                 f'p {m.p:.3f}')
   return lines
 
 

@@ -11,6 +11,7 @@ import os
 import re
 
 from base import errors
+from results import summaries
 
 FILE = 'superseded.json'
 MARK = '\u2020'   # The dagger beside a superseded row.
@@ -18,14 +19,23 @@ MARK = '\u2020'   # The dagger beside a superseded row.
 
 def load(runs_dir: str) -> dict[tuple[str, float], str]:
   """{(router, capacity): 'reason; rerun: PATH'} from RUNS_DIR/superseded.json ({} without)."""
+  return {key: f'{reason}; rerun: {rerun}' for key, (reason, rerun) in _entries(runs_dir).items()}
+
+
+def reruns(runs_dir: str) -> dict[tuple[str, float], str]:
+  """{(router, capacity): the directory of its reruns, as superseded.json names it}."""
+  return {key: rerun for key, (_, rerun) in _entries(runs_dir).items()}
+
+
+def _entries(runs_dir: str) -> dict[tuple[str, float], tuple[str, str]]:
+  """{(router, capacity): (reason, rerun)} of RUNS_DIR/superseded.json ({} without)."""
   path = os.path.join(runs_dir, FILE)
   if not os.path.exists(path):
     return {}
   try:
     with open(path, encoding='utf-8') as f:
       entries = json.load(f)
-    return {(e['router'], float(e['capacity'])): f'{e["reason"]}; rerun: {e["rerun"]}'
-            for e in entries}
+    return {(e['router'], float(e['capacity'])): (e['reason'], e['rerun']) for e in entries}
   except (ValueError, KeyError, TypeError) as e:
     raise errors.UserError(f'{path} is not a list of {{"router", "capacity", "reason", '
                            f'"rerun"}} objects ({e!r}); fix or remove it.') from None
@@ -37,3 +47,14 @@ def involved(superseded: dict, detail: str, capacity: float | None) -> list[str]
   words = set(re.findall(r'\w+', detail))
   return [f'{router} c={c:g}' for (router, c) in sorted(superseded)
           if router in words and (capacity is None or capacity == c or f'c={c:g}' in detail)]
+
+
+def load_reruns(runs_dir: str) -> dict[tuple[str, float], tuple[str, list]]:
+  """{(router, capacity): (the reruns' directory, their runs of that row)} for each superseded
+  row (directories relative to the repository, as superseded.json names them)."""
+  found = {}
+  for key, path in reruns(runs_dir).items():
+    directory = os.path.join(summaries.REPO, path)
+    runs, _ = summaries.load_runs(directory)
+    found[key] = (directory, [r for r in runs if (r.key[2], r.key[3]) == key and r.key[4]])
+  return found

@@ -4,14 +4,16 @@
 
 searches --runs recursively for summary.json files and writes, for each (arch, upstream dataset),
 OUT/<arch>_<dataset>.md and .tex, OUT/tables.md (all of them, with the figures), OUT/claims.md
-(the paper's claims checked, results/claims.py) and the figures of results/plots.py (unless
---no-figures). Every file is written atomically.
+(the paper's claims checked, results/claims.py), the figures of results/plots.py (unless
+--no-figures), and the pages of OUT/prose's templates (results/study_prose.py). Every file is
+written atomically.
 
 Layout (the paper's Tables 1-6 merged): one row per router and capacity, the c = 1 block then the
 c = 2 block, routers in the paper's order, the softmax-combine ablation after its router. Columns:
 upstream precision@1, few-shot accuracies (best l2 and CV l2), wall-clock training device-hours,
 the controlled device-hours of results/cost.py (one benchmark's step time x steps: comparable
-across runs made at different times) where --step-times covers the runs, devices, FLOPs per step;
+across runs made at different times) where --step-times covers the runs, FLOPs per step, devices,
+the commit (the summary's, else results/provenance.py's record);
 with the paper's JFT-300M precision@1, ImageNet 10-shot accuracy and TPUv3-days beside ours for the
 paper's architectures. With several seeds a cell is mean +- sample std.
 """
@@ -27,7 +29,9 @@ from base.stats import Stat
 from results import claims
 from results import cost
 from results import paper
+from results import provenance
 from results import study_comparison
+from results import study_prose
 from results import summaries
 from results import superseded
 from results.summaries import Run
@@ -148,7 +152,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
     header.append(column.title)
     if column.paper_value:
       header.append(column.paper_title)
-  header.append('Devices')
+  header += ['Devices', 'Commit']
   groups: dict[float | None, list[list[str]]] = {}
   missing: dict[str, list[str]] = {}
   for key in keys:
@@ -169,6 +173,7 @@ def build_table(arch: str, dataset: str, rows: dict[tuple, list[Run]],
         value = None if cell is None else column.paper_value(cell)
         cells.append('' if cell is None else ('-' if value is None else format(value, '.2f')))
     cells.append(', '.join(sorted({r.devices() or 'n/a' for r in runs})))
+    cells.append(', '.join(sorted({provenance.short(provenance.commit(r)) for r in runs})))
     groups.setdefault(capacity, []).append(cells)
   notes = [key if not paths else
            f'`{key}` missing (shown as n/a) in: {", ".join(sorted(set(paths)))}'
@@ -261,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--beside', help='A committed study\'s summaries (e.g. results/tiny/runs): '
                       'also write OUT/beside_study.md, these runs beside its means '
                       '(results/study_comparison.py).')
+  parser.add_argument('--readme', default=os.path.join(summaries.REPO, 'README.md'),
+                      help='The README whose blocks name a template of OUT/prose '
+                      '(results/study_prose.py).')
   cost.add_step_times_flag(parser)
   args = parser.parse_args(argv)
   runs, problems = summaries.load_runs(args.runs)
@@ -277,7 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   figures = []
   if not args.no_figures:
     from results import plots  # pylint: disable=g-import-not-at-top  (matplotlib only if needed)
-    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs), replaced)
+    reruns = {key: (found, cost.rerun_pricing(directory, price))
+              for key, (directory, found) in superseded.load_reruns(args.runs).items()}
+    figures = plots.write_figures(runs, args.out, price, step_times.axis_label(runs), replaced,
+                                  reruns)
   written = write_tables(tables, args.out, figures)
   rows, _ = summaries.group_seeds(runs)
   verdicts = claims.check(rows, price, cost_title, replaced)
@@ -287,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                spreads=claims.spreads_per_table(rows),
                                                superseded=replaced))
     written.append(path)
+    if study_prose.templates(args.out):
+      study = study_prose.load(args.runs, args.out, rows, verdicts, price, cost_title,
+                               step_times)
+      written += study_prose.write(args.out, study, args.readme)
   if args.beside:
     text, beside_problems = study_comparison.compare(runs, args.beside)
     path = os.path.join(args.out, 'beside_study.md')

@@ -91,6 +91,7 @@ def test_cells_are_seed_statistics_beside_the_paper(runs_dir):
   assert row['Wall-clock device-hours'] == '1.5 \u00b1 0.707'
   assert row['Paper TPUv3-days'] == '41.21'
   assert row['FLOPs/step'] == '1.2e+12' and row['Devices'] == 'cpu x1'
+  assert row['Commit'] == 'n/a'    # Neither the summary nor a provenance file records one.
   single = rows['Softmax Token Choice (k=1)']
   assert single['Upstream prec@1 (%)'] == '30.00' and single['Paper JFT-300M prec@1 (%)'] == '41.23'
   assert single['10-shot imagenet2012, CV l2 (%)'] == 'n/a'
