@@ -12,15 +12,15 @@ enhancement factors up to 3.7).
 
 Two arithmetics (`ARITHMETICS`, the pp op's `arithmetic` argument). 'reference' is what the
 reference's code computes; testing/goldens/randaug.npz holds its outputs (big_vision's runnable
-fork of autoaugment.py), which it equals bit for bit. 'project', the default (so a recorded pp
-string keeps its meaning), differs in six ops (docs/fidelity.md D12):
+fork of autoaugment.py), which it equals bit for bit on the golden's CPU kind. 'project', the
+default (so a recorded pp string keeps its meaning), differs in six ops (docs/fidelity.md D12):
   op            'reference' (the golden's)                  'project'
   Solarize      threshold int(256 * level) cast to uint8,    the threshold as it is: the identity
                 so it wraps (256 and 512 become 0: every      from magnitude 10 on
                 pixel inverted; big_vision issue #110)
-  Posterize     TensorFlow's shifts clamp 8 - bits, cast to  black at 0 bits (magnitudes 0-2),
-                uint8, to 7: 0 bits or more than 8 keep the   the identity above 8
-                top bit
+  Posterize     the shift 8 - bits, cast to uint8 and        black at 0 bits (magnitudes 0-2),
+                clamped to 7 by TensorFlow: 0 bits or more    the identity above 8
+                than 8 keep the top bit
   AutoContrast  x * scale + offset, offset = -lo * scale     (x - lo) * scale
   Contrast      toward uint8(pixel count / 256) (the          toward the mean luma
                 histogram's total over 256 bins; 196 at 224 px)

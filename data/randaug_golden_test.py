@@ -2,14 +2,17 @@
 pp/autoaugment.py run on four photo-like 224 px images and an edge case, every op at magnitudes
 0-25 with explicit signs and Cutout centres, and its two-layer distortion given fed draws).
 
-Exact equality is the claim: both sides run the same TensorFlow ops on the same CPU kind
-(the golden records it), so each output is compared by its SHA-256."""
+Exact equality is the claim: both sides run the same TensorFlow ops, so each output is compared
+by its SHA-256. It holds on the CPU kind and library versions the golden records; on another, a
+kernel that sums in another order or without fused multiply-adds (Sharpness's convolution,
+rgb_to_grayscale's sum) can move a truncated value by a level, and a failure names both CPUs."""
 import functools
 import hashlib
 
 import numpy as np
 import tensorflow as tf
 
+from base import host
 from data import randaug
 from testing import goldens
 
@@ -45,7 +48,16 @@ def test_every_op_equals_the_reference_exactly_under_its_arithmetic():
     out = ops[name](tf.constant(g['images'][g['case_image'][k]]), level, draws).numpy()
     if sha256(out) != g['case_digest'][k].tobytes():
       differing.append((name, int(g['case_magnitude'][k]), int(g['case_image'][k])))
-  assert not differing, differing
+  assert not differing, (differing, where_made())
+
+
+def where_made() -> str:
+  """The golden's CPU and TensorFlow against this machine's, for a failure's message."""
+  meta = golden().meta
+  versions = meta['library_versions']
+  made = versions.get('tensorflow', versions.get('tensorflow-cpu'))
+  return (f"golden: {meta['cpu_model']}, tensorflow {made}; "
+          f"here: {host.this_cpu()['cpu_model']}, tensorflow {tf.__version__}")
 
 
 def test_the_arithmetics_share_every_op_but_six():
@@ -96,5 +108,6 @@ def test_the_op_choice_given_the_references_draws():
     for op, sign, centre in layers:
       image = ops[names[op]](image, level, explicit_draws(sign, centre))
       chosen.add(op)
-    assert sha256(image.numpy()) == g['choice_digest'][run].tobytes(), (run, layers)
+    assert sha256(image.numpy()) == g['choice_digest'][run].tobytes(), (run, layers,
+                                                                         where_made())
   assert chosen == set(range(len(names)))    # Every op ran in some layer.
