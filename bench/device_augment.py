@@ -99,9 +99,11 @@ def run(args) -> dict:
 
 
 def _with_magnitude(pp: str, magnitude: int) -> str:
-  """pp with its randaug's magnitude set to `magnitude` (the layers kept)."""
-  layers = _randaug(pp)[len('randaug('):].split(',')[0]
-  return pp.replace(_randaug(pp), f'randaug({layers}, {magnitude})')
+  """pp with its randaug's magnitude set to `magnitude` (the layers and any further argument,
+  such as its arithmetic, kept)."""
+  layers, _, *rest = _randaug(pp)[len('randaug('):-1].split(',')
+  arguments = [layers.strip(), str(magnitude), *(r.strip() for r in rest)]
+  return pp.replace(_randaug(pp), f"randaug({', '.join(arguments)})")
 
 
 def main(argv=None) -> int:

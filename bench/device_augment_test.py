@@ -6,8 +6,14 @@ import pytest
 from bench import device_augment
 from configs import common
 
-STAND_IN_PP = ('decode(channels=3)|resize(64)|flip_lr|randaug(2, 10)|value_range(-1, 1)|'
-               f'{common.labels_pp(21_843)}')
+STAND_IN_PP = ("decode(channels=3)|resize(64)|flip_lr|randaug(2, 10, arithmetic='reference')|"
+               f'value_range(-1, 1)|{common.labels_pp(21_843)}')
+
+
+def test_the_magnitude_is_set_and_the_other_arguments_kept():
+  with_magnitude = device_augment._with_magnitude   # pylint: disable=protected-access
+  assert with_magnitude(STAND_IN_PP, 20).split('|')[3] == "randaug(2, 20, arithmetic='reference')"
+  assert with_magnitude('flip_lr|randaug(2, 10)', 20) == 'flip_lr|randaug(2, 20)'
 
 
 def test_rows_on_a_runlocal_config(tmp_path, monkeypatch):
@@ -25,8 +31,9 @@ def test_rows_on_a_runlocal_config(tmp_path, monkeypatch):
   record = json.loads(out.read_text())
   step, *augment = record['rows']
   assert step['arch'] == 'mu/32' and step['step_ms'] > 0 and step['augment_on'] == 'host'
-  assert [a['tail'].split('|')[:2] for a in augment] == [['flip_lr', 'randaug(2, 10)'],
-                                                         ['flip_lr', 'randaug(2, 20)']]
+  assert [a['tail'].split('|')[:2] for a in augment] == [
+      ['flip_lr', "randaug(2, 10, arithmetic='reference')"],
+      ['flip_lr', "randaug(2, 20, arithmetic='reference')"]]
   for a in augment:
     assert a['images'] == 8 and a['augment_on'] == 'device' and a['step_ms'] > 0
     assert a['share'] == pytest.approx(a['augment_ms'] / step['step_ms'], abs=1e-3)

@@ -16,7 +16,8 @@ def test_tiny_run_writes_its_result(tmp_path, capsys):
   saved = json.loads(out.read_text())
   assert saved['images']['num_images'] == 12
   rows = saved['rows']
-  assert 'randaug(2, 20)' in rows['randaug']['pp'] and 'randaug(2, 10)' in rows['rung']['pp']
+  assert "randaug(2, 20, arithmetic='reference')" in rows['randaug']['pp']
+  assert "randaug(2, 10, arithmetic='reference')" in rows['rung']['pp']
   assert 'randaug' not in rows['no_randaug']['pp']
   assert set(rows) == {'randaug', 'randaug_device', 'rung', 'rung_device', 'no_randaug',
                        'full_decode', 'floor'}

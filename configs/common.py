@@ -187,8 +187,9 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       name='imagenet21k',
       train_split=imagenet21k_splits.SPLIT_ALIASES['train_minus_holdout'],
       eval_split=imagenet21k_splits.SPLIT_ALIASES['holdout'],
-      pp_train=(f'decode|inception_crop({image_size})|flip_lr|randaug(2, 20)|'
-                f'value_range(-1, 1)|{labels}'),
+      # RandAugment with the reference's arithmetic (data/randaug.py; docs/fidelity.md D12).
+      pp_train=(f'decode|inception_crop({image_size})|flip_lr|'
+                f"randaug(2, 20, arithmetic='reference')|value_range(-1, 1)|{labels}"),
       # V-MoE dataset.val.process: 'decode|resize_small(256)|central_crop(224)|...', the shorter
       # side to 256 keeping the aspect ratio, then the central square (256/224 of the crop at
       # other image sizes).

@@ -252,7 +252,8 @@ def test_paper_recipe_values():
   assert config.moe.every == 2 and config.moe.group_size == 8
   ec = load('l16_sinkhorn_ec').moe.router
   assert ec.importance_loss_weight == ec.load_loss_weight == 0.0
-  assert 'inception_crop(224)|flip_lr|randaug(2, 20)' in config.data.pp_train
+  assert ("inception_crop(224)|flip_lr|randaug(2, 20, arithmetic='reference')"
+          in config.data.pp_train)
   assert config.fewshot.shots == (10,) and 'imagenet2012' in config.fewshot.datasets
 
 

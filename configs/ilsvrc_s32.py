@@ -70,8 +70,9 @@ def rung_config(router: str, c: float, runlocal: bool = False,
   labels = common.labels_pp(NUM_CLASSES)
   config.data = common.data_block(
       name='imagenet2012', train_split=TRAIN_SPLIT, eval_split=VALIDATION_SPLIT,
-      pp_train=(f'decode|inception_crop({IMAGE_SIZE})|flip_lr|randaug(2, 10)|'
-                f'value_range(-1, 1)|{labels}'),     # V-MoE: get_randaug('light1').
+      pp_train=(f'decode|inception_crop({IMAGE_SIZE})|flip_lr|'
+                f"randaug(2, 10, arithmetic='reference')|"   # V-MoE: get_randaug('light1'),
+                f'value_range(-1, 1)|{labels}'),              # its arithmetic (D12).
       pp_eval=eval_pp(labels), num_classes=NUM_CLASSES,
       shuffle_buffer=50_000,            # V-MoE: dataset.train.shuffle_buffer.
       cache=False, train_images=TRAIN_IMAGES,

@@ -123,9 +123,11 @@ def test_the_published_cell_is_vmoes_file_value_by_value():
   assert config.model.head_bias_init == -math.log(1000)
   # 300 epochs (the description): V-MoE's ceil(300 x 1,268,355 / 8192) = ceil(46,448.5) steps.
   assert config.num_train_steps == 46_449
-  # FILE: 'decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2, 10)|value_range(-1,1)|onehot'.
+  # FILE: 'decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2, 10)|value_range(-1,1)|onehot',
+  # with RandAugment's arithmetic as the reference's code computes it (data/randaug.py).
   assert config.data.pp_train.startswith(
-      'decode|inception_crop(224)|flip_lr|randaug(2, 10)|value_range(-1, 1)|onehot(1000,')
+      "decode|inception_crop(224)|flip_lr|randaug(2, 10, arithmetic='reference')|"
+      'value_range(-1, 1)|onehot(1000,')
   # FILE get_data_params_eval: 'decode|resize_small(256)|central_crop(224)|value_range(-1,1)|...'.
   evaluation = 'decode|resize_small(256)|central_crop(224)|value_range(-1, 1)|'
   assert config.data.pp_eval.startswith(evaluation)
@@ -167,7 +169,8 @@ def test_a_run_on_mock_imagenet2012_reaches_its_summary(tmp_path, monkeypatch):
   config.data = common.data_block(
       name='imagenet2012', data_dir=str(tmp_path / 'tfds'), train_split='train[:99%]',
       eval_split='train[99%:]', num_classes=1000, shuffle_buffer=64,
-      pp_train=f'decode|inception_crop(64)|flip_lr|randaug(2, 10)|value_range(-1, 1)|{labels}',
+      pp_train=(f"decode|inception_crop(64)|flip_lr|randaug(2, 10, arithmetic='reference')|"
+                f'value_range(-1, 1)|{labels}'),
       pp_eval=ilsvrc_s32.eval_pp(labels).replace('256', '73').replace('224', '64'),
       augment_on='device')   # The rung's: the flip, RandAugment and labels on the accelerator.
   real = config.data.pp_eval.replace(labels, 'multi_hot(1000, key="real_label", '

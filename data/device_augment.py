@@ -33,10 +33,10 @@ def _flip_lr():
   return op
 
 
-def _randaug(num_layers: int = 2, magnitude: float = 15):
+def _randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'project'):
   def op(batch, keys):
     return {**batch, 'image': randaug_device.distort(batch['image'], keys, num_layers,
-                                                     float(magnitude))}
+                                                     float(magnitude), arithmetic)}
   return op
 
 

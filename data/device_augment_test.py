@@ -8,6 +8,7 @@ import pytest
 
 from data import device_augment
 from data import device_split
+from data import randaug_device
 from data import pipeline
 from testing.data import data_config
 
@@ -102,3 +103,20 @@ def test_evaluation_images_take_the_tails_image_ops():
                              np.asarray(images, np.float32) / 255, rtol=0, atol=2.0 ** -23)
   with pytest.raises(ValueError, match='no random ops'):
     device_augment.tail_images(device_split.split(f'decode|flip_lr|{LABELS}'), images)
+
+
+def test_randaug_carries_its_arithmetic_to_the_device():
+  # randaug(..., arithmetic='reference') in the pp string runs randaug_device.distort with that
+  # arithmetic on its own key (its place in the string, 1); the default is the project's.
+  images = _images(8, 32)
+  batch = {'image': images, 'label': jnp.zeros(8, jnp.int32), device_split.AUGMENT_KEY: KEYS[:8]}
+  keys = jax.vmap(jax.random.fold_in, (0, None))(KEYS[:8], 1)
+  outs = {}
+  for arithmetic in ('project', 'reference'):
+    pp = f"decode|randaug(1, 20, arithmetic='{arithmetic}')|value_range(0, 255)|{LABELS}"
+    outs[arithmetic] = np.asarray(_tail(pp)(batch)['image'])
+    expected = randaug_device.distort(images, keys, 1, 20.0, arithmetic)
+    np.testing.assert_array_equal(outs[arithmetic], np.asarray(expected, np.float32))
+  default = np.asarray(_tail(f'decode|randaug(1, 20)|value_range(0, 255)|{LABELS}')(batch)['image'])
+  np.testing.assert_array_equal(default, outs['project'])
+  assert not np.array_equal(outs['project'], outs['reference'])

@@ -290,15 +290,19 @@ def flip_lr():
   return op
 
 
-def randaug(num_layers: int = 2, magnitude: float = 15):
-  """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py."""
+def randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'project'):
+  """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py. `arithmetic`
+  'reference' computes what the reference's code does (its golden's outputs), the default
+  'project' keeps the meaning recorded pp strings had (data/randaug.py's table)."""
   if not isinstance(num_layers, int) or num_layers < 0 or magnitude < 0:
     raise ValueError(f'randaug: need an int num_layers >= 0 and magnitude >= 0, got '
                      f'{num_layers}, {magnitude}')
+  randaug_lib.op_table(arithmetic)   # Refuses an unknown arithmetic when the pp is built.
 
   def op(example, seed):
     image = _image(example, 'randaug')
-    return _with_image(example, randaug_lib.distort(image, seed, num_layers, float(magnitude)))
+    return _with_image(example, randaug_lib.distort(image, seed, num_layers, float(magnitude),
+                                                     arithmetic))
   return op
 
 

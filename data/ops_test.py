@@ -7,6 +7,7 @@ import tensorflow as tf
 from PIL import Image
 
 from data import ops
+from data import randaug
 
 SEED = tf.constant([1, 2], tf.int64)
 
@@ -268,6 +269,21 @@ def test_registry_and_argument_errors():
     ops.build('decode(channels=2)')
   with pytest.raises(ValueError, match='empty'):
     ops.build('')
+
+
+def test_randaug_takes_its_arithmetic_and_refuses_an_unknown_one():
+  # The pp op runs data/randaug.py's distort with the arithmetic it names (the project's by
+  # default): the same seed gives the same image as distort given that arithmetic.
+  image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+  op_seed = tf.random.experimental.stateless_fold_in(SEED, 0)   # Its place in the string.
+  outs = []
+  for arithmetic in randaug.ARITHMETICS:
+    outs.append(run(f"randaug(2, 20, arithmetic='{arithmetic}')", {'image': image})['image'])
+    np.testing.assert_array_equal(
+        outs[-1], randaug.distort(tf.constant(image), op_seed, 2, 20.0, arithmetic))
+  np.testing.assert_array_equal(run('randaug(2, 20)', {'image': image})['image'], outs[0])
+  with pytest.raises(ValueError, match='arithmetic must be one of'):
+    ops.build("randaug(2, 20, arithmetic='pil')")
 
 
 def test_encoded_image_needs_decode_first():

@@ -8,11 +8,30 @@ for every op, but `_parse_policy_info` hands it back unused (`func, _, args = ..
 op runs unconditionally (`tf.cond(tf.equal(i, op_to_select), ...)`); only AutoAugment's policies
 apply their ops with a probability. A magnitude is a level on the reference's 0..10 scale and is
 not clipped: magnitude 20 doubles each op's level-10 strength (60 degree rotations, 0.6 shear,
-enhancement factors up to 3.7), and makes Posterize (8 bits) and Solarize (threshold 512) no-ops,
-as in the reference. AutoContrast is also the identity on an image whose every channel already
-spans 0..255 (scale 255 / (255 - 0) = 1), in the reference as here; every other op changes a
-random 32x32 image at magnitude 20. So one layer leaves a random image unchanged with probability
-(2 + q) / 16, q the chance that all its channels span 0..255 (randaug_test checks it).
+enhancement factors up to 3.7).
+
+Two arithmetics (`ARITHMETICS`, the pp op's `arithmetic` argument). 'reference' is what the
+reference's code computes; testing/goldens/randaug.npz holds its outputs (big_vision's runnable
+fork of autoaugment.py), which it equals bit for bit on the golden's CPU kind. 'project', the
+default (so a recorded pp string keeps its meaning), differs in six ops (docs/fidelity.md D12):
+  op            'reference' (the golden's)                  'project'
+  Solarize      threshold int(256 * level) cast to uint8,    the threshold as it is: the identity
+                so it wraps (256 and 512 become 0: every      from magnitude 10 on
+                pixel inverted; big_vision issue #110)
+  Posterize     the shift 8 - bits, cast to uint8 and        black at 0 bits (magnitudes 0-2),
+                clamped to 7 by TensorFlow: 0 bits or more    the identity above 8
+                than 8 keep the top bit
+  AutoContrast  x * scale + offset, offset = -lo * scale     (x - lo) * scale
+  Contrast      toward uint8(pixel count / 256) (the          toward the mean luma
+                histogram's total over 256 bins; 196 at 224 px)
+  Color         toward the grey image quantised to uint8      toward the float grey image
+                (tf.image.rgb_to_grayscale)
+  Sharpness     the smoothed image truncated to uint8         the smoothed image rounded
+Under 'project', magnitude 20 makes Posterize (8 bits) and Solarize (threshold 512) no-ops, and
+AutoContrast is the identity on an image whose every channel already spans 0..255 (scale 1); every
+other op changes a random 32x32 image at magnitude 20. So one layer leaves a random image unchanged
+with probability (2 + q) / 16, q the chance that all its channels span 0..255 (randaug_test checks
+it). Under 'reference', Solarize inverts every pixel at magnitude 20.
 
 Level -> argument (the reference's formulas, level = magnitude / 10):
   Rotate           30 * level degrees, random sign
@@ -20,7 +39,7 @@ Level -> argument (the reference's formulas, level = magnitude / 10):
   TranslateX, Y    100 px * level at 224 px, scaled to the image size, random sign
   Color, Contrast, Brightness, Sharpness   enhancement factor 1.8 * level + 0.1
   Posterize        keep int(4 * level) bits
-  Solarize         invert pixels >= int(256 * level)
+  Solarize         invert pixels >= int(256 * level) (wrapped to uint8 under 'reference')
   SolarizeAdd      add int(110 * level) to pixels < 128
   Cutout           grey square of half-side 40 px * level at 224 px, scaled to the image size
   AutoContrast, Equalize, Invert: no argument.
@@ -30,6 +49,7 @@ uses 100 and 40 px whatever the size) keeps the ops meaningful on 28 px images a
 reference at 224 px.
 """
 import math
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -40,25 +60,49 @@ TRANSLATE_PX = 100.0
 CUTOUT_PX = 40.0
 # ITU-R 601 luma weights, as tf.image.rgb_to_grayscale and PIL use.
 LUMA = (0.2989, 0.5870, 0.1140)
+# The pp op's `arithmetic` values: the project's, the default, and the reference's code's.
+ARITHMETICS = ('project', 'reference')
 
 
-def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float) -> tf.Tensor:
-  """Applies `num_layers` random RandAugment ops of strength `magnitude` to a uint8 image."""
+class Draws(NamedTuple):
+  """One layer's random draws for its op: the sign of Rotate's, Shear's and Translate's argument
+  (float32 -1 or +1) and Cutout's centre (int32 (row, column))."""
+  sign: tf.Tensor
+  centre: tf.Tensor
+
+
+def draw(seed: tf.Tensor, height, width) -> Draws:
+  """The draws from one op seed: the sign is -1 where uniform(seed) < 0.5; the centre's row and
+  column are uniform over the image from the two halves of split(seed)."""
+  sign = tf.where(tf.random.stateless_uniform([], seed) < 0.5, -1.0, 1.0)
+  y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  centre = tf.stack([tf.random.stateless_uniform([], y_seed, 0, height, tf.int32),
+                     tf.random.stateless_uniform([], x_seed, 0, width, tf.int32)])
+  return Draws(sign, centre)
+
+
+def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float,
+            arithmetic: str = 'project') -> tf.Tensor:
+  """Applies `num_layers` random RandAugment ops of strength `magnitude` to a uint8 image, with
+  the ops of `arithmetic` (ARITHMETICS)."""
   if image.dtype != tf.uint8:
     raise ValueError(f'randaug works on uint8 images (0..255), got {image.dtype.name}; put it '
                      'before value_range in the pp string.')
   if image.shape.rank != 3 or image.shape[-1] not in (1, 3):
     raise ValueError(f'randaug needs (H, W, 1) or (H, W, 3) images with a known channel count, '
                      f'got shape {image.shape}; decode with decode(channels=1) or (channels=3).')
+  ops = op_table(arithmetic)
   if num_layers == 0:
     return image
   level = magnitude / MAX_LEVEL
+  height, width = tf.shape(image)[0], tf.shape(image)[1]
   layer_seeds = tf.random.experimental.stateless_split(seed, num_layers)
 
   def layer(i, image):
     choice_seed, op_seed = tf.unstack(tf.random.experimental.stateless_split(layer_seeds[i], 2))
     choice = tf.random.stateless_uniform([], choice_seed, 0, len(OPS), tf.int32)
-    branches = [_branch(fn, image, level, op_seed) for fn in OPS.values()]
+    draws = draw(op_seed, height, width)
+    branches = [_branch(fn, image, level, draws) for fn in ops.values()]
     return i + 1, tf.switch_case(choice, branches)   # Always applied, as in the reference.
 
   # A loop, not a Python for: the 16 branches are traced once, not once per layer.
@@ -66,9 +110,9 @@ def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float
   return image
 
 
-def _branch(fn, image, level, seed):
+def _branch(fn, image, level, draws):
   shape = image.shape
-  return lambda: tf.ensure_shape(fn(image, level, seed), shape)
+  return lambda: tf.ensure_shape(fn(image, level, draws), shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,10 +139,6 @@ def _grayscale(image: tf.Tensor) -> tf.Tensor:
   return tf.broadcast_to(luma, tf.shape(image))
 
 
-def _random_sign(value: float, seed: tf.Tensor) -> tf.Tensor:
-  return tf.where(tf.random.stateless_uniform([], seed) < 0.5, -value, value)
-
-
 def _transform(image: tf.Tensor, transform) -> tf.Tensor:
   """Projective transform [a0 a1 a2 b0 b1 b2 0 0]: output (x, y) samples input
   ((a0 x + a1 y + a2), (b0 x + b1 y + b2)); uncovered pixels get FILL."""
@@ -114,12 +154,12 @@ def _size(image: tf.Tensor, axis: int) -> tf.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# The 16 ops: (image uint8, level, seed) -> image uint8 of the same shape.
+# The 16 ops: (image uint8, level, draws) -> image uint8 of the same shape.
 
 
-def auto_contrast(image, level, seed):
+def auto_contrast(image, level, draws):
   """Stretches each channel's min..max to 0..255 (channels with min == max are kept)."""
-  del level, seed
+  del level, draws
   x = tf.cast(image, tf.float32)
   lo = tf.reduce_min(x, axis=[0, 1], keepdims=True)
   hi = tf.reduce_max(x, axis=[0, 1], keepdims=True)
@@ -141,20 +181,20 @@ def _equalize_channel(channel: tf.Tensor) -> tf.Tensor:
   return tf.where(step > 0, equalized, channel)
 
 
-def equalize(image, level, seed):
+def equalize(image, level, draws):
   """Histogram equalisation of each channel."""
-  del level, seed
+  del level, draws
   return tf.stack([_equalize_channel(image[..., c]) for c in range(image.shape[-1])], axis=-1)
 
 
-def invert(image, level, seed):
-  del level, seed
+def invert(image, level, draws):
+  del level, draws
   return 255 - image
 
 
-def rotate(image, level, seed):
+def rotate(image, level, draws):
   """Rotation about the centre by 30 * level degrees, random sign."""
-  angle = _random_sign(30.0 * level, seed) * (math.pi / 180.0)
+  angle = draws.sign * (30.0 * level) * (math.pi / 180.0)
   cos, sin = tf.cos(angle), tf.sin(angle)
   w, h = _size(image, 1) - 1, _size(image, 0) - 1
   # Output (x, y) samples input R(angle) (x - c) + c, c the centre ((w/2, h/2) here in 0-based px).
@@ -163,9 +203,9 @@ def rotate(image, level, seed):
   return _transform(image, [cos, -sin, x_offset, sin, cos, y_offset, 0.0, 0.0])
 
 
-def posterize(image, level, seed):
+def posterize(image, level, draws):
   """Keeps the int(4 * level) most significant bits of each pixel."""
-  del seed
+  del draws
   shift = 8 - int(4 * level)
   if shift <= 0:
     return image
@@ -174,16 +214,16 @@ def posterize(image, level, seed):
   return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
 
 
-def solarize(image, level, seed):
+def solarize(image, level, draws):
   """Inverts pixels >= int(256 * level)."""
-  del seed
+  del draws
   threshold = int(256 * level)
   return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
 
 
-def solarize_add(image, level, seed):
+def solarize_add(image, level, draws):
   """Adds int(110 * level) to pixels below 128 (clipped at 255)."""
-  del seed
+  del draws
   added = tf.cast(tf.clip_by_value(tf.cast(image, tf.int32) + int(110 * level), 0, 255), tf.uint8)
   return tf.where(image < 128, added, image)
 
@@ -192,33 +232,32 @@ def _factor(level):
   return 1.8 * level + 0.1
 
 
-def color(image, level, seed):
+def color(image, level, draws):
   """Saturation: blend with the grayscale image."""
-  del seed
+  del draws
   return _blend(_grayscale(image), image, _factor(level))
 
 
-def contrast(image, level, seed):
+def contrast(image, level, draws):
   """Blend with a flat image at the mean luma."""
-  del seed
+  del draws
   mean = tf.reduce_mean(_grayscale(image))
   return _blend(tf.fill(tf.shape(image), mean), image, _factor(level))
 
 
-def brightness(image, level, seed):
+def brightness(image, level, draws):
   """Blend with black."""
-  del seed
+  del draws
   return _blend(tf.zeros_like(image), image, _factor(level))
 
 
-def sharpness(image, level, seed):
-  """Blend with PIL's SMOOTH-filtered image ([[1,1,1],[1,5,1],[1,1,1]] / 13, border kept)."""
-  del seed
+def _sharpness(image, level, quantise):
+  """Blend with PIL's SMOOTH-filtered image ([[1,1,1],[1,5,1],[1,1,1]] / 13, border kept), its
+  float convolution made integers by `quantise`."""
   x = tf.cast(image, tf.float32)[None]
   kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
   kernel = tf.tile(kernel[:, :, None, None], [1, 1, image.shape[-1], 1])
-  smooth = tf.nn.depthwise_conv2d(x, kernel, strides=[1, 1, 1, 1], padding='VALID')[0]
-  smooth = tf.round(smooth)   # PIL's filtered image is uint8.
+  smooth = quantise(tf.nn.depthwise_conv2d(x, kernel, strides=[1, 1, 1, 1], padding='VALID')[0])
   # The 3x3 filter has no value on the 1-pixel border: keep the original pixels there.
   h, w = tf.shape(image)[0], tf.shape(image)[1]
   padded = tf.pad(smooth, [[1, 1], [1, 1], [0, 0]])
@@ -228,34 +267,38 @@ def sharpness(image, level, seed):
   return _blend(degenerate, image, _factor(level))
 
 
-def shear_x(image, level, seed):
-  s = _random_sign(0.3 * level, seed)
+def sharpness(image, level, draws):
+  """Sharpness with the smoothed image rounded (PIL's filtered image is uint8)."""
+  del draws
+  return _sharpness(image, level, tf.round)
+
+
+def shear_x(image, level, draws):
+  s = draws.sign * (0.3 * level)
   return _transform(image, [1.0, s, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
-def shear_y(image, level, seed):
-  s = _random_sign(0.3 * level, seed)
+def shear_y(image, level, draws):
+  s = draws.sign * (0.3 * level)
   return _transform(image, [1.0, 0.0, 0.0, s, 1.0, 0.0, 0.0, 0.0])
 
 
-def translate_x(image, level, seed):
-  dx = _random_sign(TRANSLATE_PX * level / REFERENCE_SIZE, seed) * _size(image, 1)
+def translate_x(image, level, draws):
+  dx = draws.sign * (TRANSLATE_PX * level / REFERENCE_SIZE) * _size(image, 1)
   return _transform(image, [1.0, 0.0, dx, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
-def translate_y(image, level, seed):
-  dy = _random_sign(TRANSLATE_PX * level / REFERENCE_SIZE, seed) * _size(image, 0)
+def translate_y(image, level, draws):
+  dy = draws.sign * (TRANSLATE_PX * level / REFERENCE_SIZE) * _size(image, 0)
   return _transform(image, [1.0, 0.0, 0.0, 0.0, 1.0, dy, 0.0, 0.0])
 
 
-def cutout(image, level, seed):
-  """Fills a square of half-side 40 px * level (at 224 px) at a uniform random centre with grey."""
+def cutout(image, level, draws):
+  """Fills a square of half-side 40 px * level (at 224 px) around the drawn centre with grey."""
   h, w = tf.shape(image)[0], tf.shape(image)[1]
   half = tf.cast(CUTOUT_PX * level / REFERENCE_SIZE * tf.cast(tf.minimum(h, w), tf.float32),
                  tf.int32)
-  y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  cy = tf.random.stateless_uniform([], y_seed, 0, h, tf.int32)
-  cx = tf.random.stateless_uniform([], x_seed, 0, w, tf.int32)
+  cy, cx = draws.centre[0], draws.centre[1]
   rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
   inside = (rows >= cy - half) & (rows < cy + half) & (cols >= cx - half) & (cols < cx + half)
   return tf.where(inside, tf.constant(FILL, tf.uint8), image)
@@ -280,3 +323,90 @@ OPS = {
     'Cutout': cutout,
     'SolarizeAdd': solarize_add,
 }
+
+# ---------------------------------------------------------------------------------------------
+# The reference's arithmetic, where it differs from the project's (the module docstring's table).
+
+
+def auto_contrast_reference(image, level, draws):
+  """AutoContrast in the reference's form x * scale + offset, offset = -lo * scale (rounded
+  twice; (x - lo) * scale can differ by one level)."""
+  del level, draws
+  x = tf.cast(image, tf.float32)
+  lo = tf.reduce_min(x, axis=[0, 1], keepdims=True)
+  hi = tf.reduce_max(x, axis=[0, 1], keepdims=True)
+  scale = 255.0 / tf.maximum(hi - lo, 1.0)   # hi - lo >= 1 wherever it is used.
+  offset = -lo * scale
+  return tf.where(hi > lo, _to_uint8(x * scale + offset), image)
+
+
+def reference_posterize_shift(level: float) -> int:
+  """The shift the reference's Posterize gets: TensorFlow casts 8 - bits to the image's uint8
+  (-1 becomes 255) and its shift kernels clamp a shift to 0..7, so 0 bits (shift 8) and more than
+  8 bits keep the top bit."""
+  return min((8 - int(4 * level)) % 256, 7)
+
+
+def posterize_reference(image, level, draws):
+  """Posterize with the reference's clamped shift."""
+  del draws
+  shift = reference_posterize_shift(level)
+  return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
+
+
+def reference_solarize_threshold(level: float) -> int:
+  """The threshold the reference's Solarize compares a uint8 image with: int(256 * level) cast
+  to uint8, which wraps (256 and 512 become 0, 384 and 640 become 128; big_vision issue #110)."""
+  return int(256 * level) % 256
+
+
+def solarize_reference(image, level, draws):
+  """Inverts pixels >= the wrapped threshold (all of them at magnitudes 10 and 20)."""
+  del draws
+  threshold = reference_solarize_threshold(level)
+  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+
+
+def color_reference(image, level, draws):
+  """Blend with tf.image.rgb_to_grayscale's uint8 grey image, as the reference does (a
+  1-channel image is its own grey: unchanged)."""
+  del draws
+  if image.shape[-1] == 1:
+    return image
+  grey = tf.image.grayscale_to_rgb(tf.image.rgb_to_grayscale(image))
+  return _blend(grey, image, _factor(level))
+
+
+def reference_contrast_level(height, width) -> tf.Tensor:
+  """The grey level the reference's Contrast blends toward: the sum of a 256-bin histogram of
+  the grey image (its pixel count) over 256, clipped to 255 and truncated to uint8 (196 at
+  224 x 224), whatever the image holds."""
+  count = tf.cast(height * width, tf.float32)
+  return tf.cast(tf.clip_by_value(count / 256.0, 0.0, 255.0), tf.uint8)
+
+
+def contrast_reference(image, level, draws):
+  """Blend with a flat image at reference_contrast_level."""
+  del draws
+  level_value = reference_contrast_level(tf.shape(image)[0], tf.shape(image)[1])
+  return _blend(tf.fill(tf.shape(image), level_value), image, _factor(level))
+
+
+def sharpness_reference(image, level, draws):
+  """Sharpness with the smoothed image clipped and truncated to uint8, as the reference does."""
+  del draws
+  return _sharpness(image, level, lambda x: tf.floor(tf.clip_by_value(x, 0.0, 255.0)))
+
+
+REFERENCE_OPS = {**OPS, 'AutoContrast': auto_contrast_reference,
+                 'Posterize': posterize_reference, 'Solarize': solarize_reference,
+                 'Color': color_reference, 'Contrast': contrast_reference,
+                 'Sharpness': sharpness_reference}
+
+
+def op_table(arithmetic: str) -> dict:
+  """The 16 ops, in the reference's order, of one of ARITHMETICS."""
+  tables = dict(zip(ARITHMETICS, (OPS, REFERENCE_OPS)))
+  if arithmetic not in tables:
+    raise ValueError(f'randaug: arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}')
+  return tables[arithmetic]

@@ -50,6 +50,16 @@ luma is the host's to the bit (its per-channel products are looked up, so that n
 them into the sum, in any program), Contrast's mean luma comes from exact integer channel sums
 (the host sums floats), and the blend's fused multiply-add can move a value within an ulp of an
 integer by one level (Sharpness at magnitude 20: 0.24% of a photo's pixels).
+
+Both of data/randaug.py's arithmetics (ARITHMETICS; `arithmetic` of apply_op, apply_layer and
+distort). Under 'reference' the wrapped Solarize threshold, the clamped Posterize shift,
+Contrast's flat uint8(pixel count / 256) and Color's uint8 grey (tf.image.rgb_to_grayscale's
+terms looked up and summed in its order) are exact; AutoContrast's x * scale + offset is within a
+level (XLA fuses the multiply-add the host rounds twice: 12.8% of the low-contrast photo's pixels
+under XLA:CPU, where the scale 5/3 puts every third value on an integer); Sharpness's smoothed
+image is the exact quotient's floor, where the host's float convolution can fall just below a
+multiple of 13 and truncate one lower, so its blend is within floor(|1 - factor|) + 1 levels (3 at
+magnitude 20, on 0.5% of a photo's pixels).
 """
 import math
 from typing import NamedTuple
@@ -203,6 +213,37 @@ LUTS = {'AutoContrast': _auto_contrast_lut, 'Equalize': _equalize_lut, 'Invert':
         'Posterize': _posterize_lut, 'Solarize': _solarize_lut, 'SolarizeAdd': _solarize_add_lut}
 
 
+def _auto_contrast_reference_lut(images, level):
+  """The reference's form x * scale + offset, offset = -lo * scale. XLA fuses the multiply and
+  the add into one rounding where the host rounds twice (an optimization barrier between them
+  does not survive XLA:CPU), so a value whose exact result lies within the product's rounding
+  of an integer truncates one level apart: within a level of the host."""
+  del level
+  lo = jnp.min(images, axis=(1, 2)).astype(jnp.float32)[..., None]
+  hi = jnp.max(images, axis=(1, 2)).astype(jnp.float32)[..., None]
+  scale = 255.0 / jnp.maximum(hi - lo, 1.0)
+  offset = -lo * scale
+  return jnp.where(hi > lo, _to_uint8(_VALUES.astype(np.float32) * scale + offset), _IDENTITY)
+
+
+def _posterize_reference_lut(images, level):
+  """The reference's shift 8 - int(4 * level), cast to uint8 and clamped to 7 by TensorFlow:
+  0 bits or more than 8 keep the top bit."""
+  del images
+  shift = min((8 - int(4 * level)) % 256, 7)
+  return ((_VALUES >> shift) << shift).astype(np.uint8)
+
+
+def _solarize_reference_lut(images, level):
+  """Inverts values >= int(256 * level) cast to uint8 (wrapped: 256 and 512 become 0)."""
+  del images
+  return np.where(_VALUES < int(256 * level) % 256, _VALUES, 255 - _VALUES).astype(np.uint8)
+
+
+REFERENCE_LUTS = {**LUTS, 'AutoContrast': _auto_contrast_reference_lut,
+                  'Posterize': _posterize_reference_lut, 'Solarize': _solarize_reference_lut}
+
+
 def _apply_lut(images: jax.Array, lut) -> jax.Array:
   """out[b, y, x, c] = lut[b, c, images[b, y, x, c]], lut broadcasting to (B, C, 256)."""
   b, _, _, c = images.shape
@@ -231,15 +272,19 @@ def _brightness_degenerate(images):
   return jnp.zeros((1, 1, 1, 1), jnp.float32)
 
 
-def _sharpness_degenerate(images):
-  """PIL's SMOOTH filter ([[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded to integers) inside a
-  1-pixel border that keeps the image's pixels. The integer sum's quotient is never within 1/26
-  of a half, so the host's float convolution rounds to the same integers."""
+def _sharpness_degenerate(images, truncate=False):
+  """PIL's SMOOTH filter ([[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded to integers, or
+  truncated as the reference does) inside a 1-pixel border that keeps the image's pixels. The
+  integer sum's quotient is never within 1/26 of a half, so the host's float convolution rounds
+  to the same integers. Truncated, it is the exact quotient's floor: where the sum is a multiple
+  of 13 the host's float convolution (a chain of fused multiply-adds) can fall just below it and
+  truncate one lower."""
   _, h, w, _ = images.shape
   x = images.astype(jnp.int32)
   padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
   total = 4 * x + sum(padded[:, i:i + h, j:j + w] for i in range(3) for j in range(3))
-  smooth = jnp.round(total.astype(jnp.float32) / 13.0)
+  smooth = ((total // 13).astype(jnp.float32) if truncate
+            else jnp.round(total.astype(jnp.float32) / 13.0))
   rows, cols = np.arange(h)[:, None, None], np.arange(w)[None, :, None]
   interior = (rows > 0) & (rows < h - 1) & (cols > 0) & (cols < w - 1)
   return jnp.where(interior, smooth, x.astype(jnp.float32))
@@ -247,6 +292,42 @@ def _sharpness_degenerate(images):
 
 DEGENERATES = {'Color': _color_degenerate, 'Contrast': _contrast_degenerate,
                'Brightness': _brightness_degenerate, 'Sharpness': _sharpness_degenerate}
+
+# (v * float32(1 / 255)) * LUMA[c] in float32 for every uint8 value: tf.image.rgb_to_grayscale's
+# terms, each rounded, which it sums in channel order (checked over all 2^24 colours on the host).
+_GREY_TERMS = (np.arange(256, dtype=np.float32) * np.float32(1 / 255))[None] * np.float32(
+    LUMA)[:, None]
+
+
+def _color_reference_degenerate(images):
+  """tf.image.rgb_to_grayscale's uint8 grey: the terms summed, times 255.5, truncated (a
+  1-channel image is its own grey). Looked up, so no compiler fuses a product into the sum."""
+  if images.shape[-1] == 1:
+    return images.astype(jnp.float32)
+  red, green, blue = (jnp.take(_GREY_TERMS[c], images[..., c:c + 1].astype(jnp.int32))
+                      for c in range(3))
+  return (((red + green) + blue) * np.float32(255.5)).astype(jnp.uint8).astype(jnp.float32)
+
+
+def _contrast_reference_degenerate(images):
+  """The reference's flat grey: uint8(pixel count / 256), clipped at 255, whatever the image."""
+  count = images.shape[1] * images.shape[2]
+  return jnp.full((1, 1, 1, 1), np.float32(np.uint8(min(count / 256, 255))))
+
+
+REFERENCE_DEGENERATES = {**DEGENERATES, 'Color': _color_reference_degenerate,
+                         'Contrast': _contrast_reference_degenerate,
+                         'Sharpness': lambda images: _sharpness_degenerate(images, truncate=True)}
+# The pp op's `arithmetic` (data/randaug.py's ARITHMETICS) -> its lookup tables and blends.
+ARITHMETICS = {'project': (LUTS, DEGENERATES), 'reference': (REFERENCE_LUTS, REFERENCE_DEGENERATES)}
+
+
+def tables(arithmetic: str) -> tuple:
+  """The lookup tables and degenerate images of one of ARITHMETICS."""
+  if arithmetic not in ARITHMETICS:
+    raise ValueError(f'randaug: arithmetic must be one of {tuple(ARITHMETICS)}, got '
+                     f'{arithmetic!r}')
+  return ARITHMETICS[arithmetic]
 
 
 def _blend(degenerate: jax.Array, images: jax.Array, factor: np.float32) -> jax.Array:
@@ -355,17 +436,20 @@ def _check(images: jax.Array):
                      f'shape {images.shape}.')
 
 
-def apply_op(images: jax.Array, op, level: float, sign=None, centre=None) -> jax.Array:
+def apply_op(images: jax.Array, op, level: float, sign=None, centre=None,
+             arithmetic: str = 'project') -> jax.Array:
   """Applies one op (an index into NAMES, or its name) at `level` (magnitude / MAX_LEVEL) to every
-  image of a uint8 batch (B, H, W, C). sign (B,) float32 of -1 or +1 is Rotate's, ShearX/Y's and
-  TranslateX/Y's; centre (B, 2) int32 (row, column) is Cutout's; other ops ignore them."""
+  image of a uint8 batch (B, H, W, C), with the ops of `arithmetic` (a key of ARITHMETICS). sign
+  (B,) float32 of -1 or +1 is Rotate's, ShearX/Y's and TranslateX/Y's; centre (B, 2) int32 (row,
+  column) is Cutout's; other ops ignore them."""
   _check(images)
+  luts, degenerates = tables(arithmetic)
   name = op if isinstance(op, str) else NAMES[op]
   _, h, w, _ = images.shape
-  if name in LUTS:
-    return _apply_lut(images, LUTS[name](images, level))
-  if name in DEGENERATES:
-    return _blend(DEGENERATES[name](images), images, _factor(level))
+  if name in luts:
+    return _apply_lut(images, luts[name](images, level))
+  if name in degenerates:
+    return _blend(degenerates[name](images), images, _factor(level))
   if name in MATRICES:
     return _warp(images, MATRICES[name](level, jnp.asarray(sign, jnp.float32), h, w))
   if name == 'Cutout':
@@ -382,16 +466,18 @@ def _if_drawn(op: jax.Array, name: str, compute):
                       lambda: jnp.zeros(shape.shape, shape.dtype))
 
 
-def apply_layer(images: jax.Array, draws: Draws, level: float) -> jax.Array:
+def apply_layer(images: jax.Array, draws: Draws, level: float,
+                arithmetic: str = 'project') -> jax.Array:
   """One RandAugment layer: image b gets op draws.op[b] with its draws, as `apply_op` would give,
   computed as three batched computations (lookup tables, blends, one warp with the Cutout mask)."""
   _check(images)
+  luts, degenerates = tables(arithmetic)
   _, h, w, _ = images.shape
   op = draws.op
-  luts = {name: _if_drawn(op, name, lambda fn=fn: fn(images, level)) for name, fn in LUTS.items()}
+  luts = {name: _if_drawn(op, name, lambda fn=fn: fn(images, level)) for name, fn in luts.items()}
   images = _apply_lut(images, _select(op, luts, _IDENTITY, ndim=3))
   degenerates = {name: _if_drawn(op, name, lambda fn=fn, x=images: fn(x))
-                 for name, fn in DEGENERATES.items()}
+                 for name, fn in degenerates.items()}
   blended = _blend(_select(op, degenerates, 0.0, ndim=4), images, _factor(level))
   images = jnp.where(_batch_shape(_covers(op, DEGENERATES), 4), blended, images)
   matrices = {name: fn(level, draws.sign, h, w) for name, fn in MATRICES.items()}
@@ -423,11 +509,14 @@ def draw(keys: jax.Array, num_layers: int, height: int, width: int) -> Draws:
   return jax.vmap(example)(jax.random.wrap_key_data(keys, impl='threefry2x32'))
 
 
-def distort(images: jax.Array, keys: jax.Array, num_layers: int, magnitude: float) -> jax.Array:
+def distort(images: jax.Array, keys: jax.Array, num_layers: int, magnitude: float,
+            arithmetic: str = 'project') -> jax.Array:
   """Applies `num_layers` random RandAugment ops of strength `magnitude` to each image of a uint8
   batch (B, H, W, C), C = 1 or 3, image b drawing from keys[b] (raw threefry2x32 keys, (B, 2)
-  uint32). Jittable with num_layers and magnitude static."""
+  uint32), with the ops of `arithmetic` (a key of ARITHMETICS). Jittable with num_layers,
+  magnitude and arithmetic static."""
   _check(images)
+  tables(arithmetic)
   b, h, w, _ = images.shape
   if jnp.shape(keys)[:1] != (b,):
     raise ValueError(f'randaug_device takes one key per image: {b} images, keys {jnp.shape(keys)}.')
@@ -436,5 +525,6 @@ def distort(images: jax.Array, keys: jax.Array, num_layers: int, magnitude: floa
   level = magnitude / MAX_LEVEL
   per_layer = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), draw(keys, num_layers, h, w))
   # A scan, not a Python loop: the layer is traced and compiled once whatever num_layers.
-  images, _ = jax.lax.scan(lambda x, d: (apply_layer(x, d, level), None), images, per_layer)
+  images, _ = jax.lax.scan(lambda x, d: (apply_layer(x, d, level, arithmetic), None), images,
+                           per_layer)
   return images

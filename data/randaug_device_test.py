@@ -17,7 +17,9 @@ from data import synthetic
 
 SIZE = (224, 224)
 # Level 0.3, 1 and 2. Not magnitude 5: its enhancement factor 1.8 * 0.5 + 0.1 = 1 makes the four
-# blends the identity. Solarize is a no-op from magnitude 10 (threshold 256), Posterize at 20.
+# blends the identity. Under the project's arithmetic Solarize is a no-op from magnitude 10
+# (threshold 256), Posterize at 20; under the reference's, Solarize inverts every pixel at 10 and
+# 20 (the threshold wraps to 0).
 MAGNITUDES = (3, 10, 20)
 # Geometric ops: at most this fraction of pixels may differ from TensorFlow's. Both sides compute
 # the same float32 source coordinates and round them half away from zero, but XLA may fuse a
@@ -38,10 +40,32 @@ GEOMETRIC_BOUND = 0.01
 BLEND_BOUND = 1
 # Lookup-table ops and Cutout are integer arithmetic (or the host's float formula evaluated on the
 # 256 values): exact.
+# AutoContrast under the reference's arithmetic, x * scale + offset with offset = -lo * scale:
+# the host rounds the product, then the sum; XLA may fuse them into one multiply-add, rounded
+# once. The product x * scale <= 255 * 255 / 1 < 2^16, so its rounding error is at most half an
+# ulp there, 2^-9; the two results differ by at most that, far below 1, so their truncations
+# differ by at most 1 level (only where the exact value lies within 2^-9 of an integer). Measured
+# under XLA:CPU: 12.8% of the low-contrast photo's pixels (scale 255 / 153 = 5/3 puts every third
+# value on an integer), 0.002% of the grayscale one's. Measured
+# under XLA:CPU: 12.8% of the low-contrast photo's pixels (scale 255 / 153 = 5/3 puts every third
+# value on an integer), 0.002% of the grayscale one's.
+AUTO_CONTRAST_REFERENCE_BOUND = 1
 
-LAYER = jax.jit(rd.apply_layer, static_argnums=2)
-ONE_OP = jax.jit(rd.apply_op, static_argnums=(1, 2))
-DISTORT = jax.jit(rd.distort, static_argnums=(2, 3))
+
+def sharpness_reference_bound(level: float) -> int:
+  """Sharpness under the reference's arithmetic: the smoothed image truncated. The host's float
+  convolution (a chain of fused multiply-adds on this CPU) can fall just below the exact
+  quotient where the 3x3 weighted sum is a multiple of 13, and truncate one level lower than the
+  device's exact floor. A degenerate pixel one level apart moves the blend
+  d + f (x - d) = f x + (1 - f) d by |1 - f|, plus the blend's own rounding (BLEND_BOUND's
+  cause, far below a level); two reals that far apart truncate at most floor(|1 - f|) + 1
+  levels apart (no factor of the table makes |1 - f| within rounding of an integer)."""
+  factor = rd._factor(level)  # pylint: disable=protected-access
+  return max(int(abs(1 - factor)) + 1, BLEND_BOUND)
+
+LAYER = jax.jit(rd.apply_layer, static_argnums=(2, 3))
+ONE_OP = jax.jit(rd.apply_op, static_argnums=(1, 2, 5))
+DISTORT = jax.jit(rd.distort, static_argnums=(2, 3, 4))
 
 
 def decode(jpeg: bytes, mode: str) -> np.ndarray:
@@ -60,13 +84,9 @@ def images(channels: int) -> tuple:
 
 
 def tf_draws(seed: tf.Tensor, height: int, width: int):
-  """The sign and the Cutout centre that data/randaug.py's ops draw from `seed`: _random_sign's
-  uniform < 0.5 gives -1; cutout splits the seed into a row seed and a column seed."""
-  sign = -1.0 if tf.random.stateless_uniform([], seed) < 0.5 else 1.0
-  row_seed, col_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  centre = [int(tf.random.stateless_uniform([], s, 0, n, tf.int32))
-            for s, n in ((row_seed, height), (col_seed, width))]
-  return sign, centre
+  """The sign and the Cutout centre that data/randaug.py's ops draw from `seed`."""
+  draws = randaug.draw(seed, height, width)
+  return float(draws.sign), [int(v) for v in draws.centre]
 
 
 @functools.cache
@@ -84,9 +104,14 @@ def seeds_for(name: str) -> tuple:
   return opposite_seeds() if name in rd.MATRICES or name == 'Cutout' else opposite_seeds()[:1]
 
 
-def assert_agrees(name: str, got: np.ndarray, want: np.ndarray, context):
+def assert_agrees(name: str, got: np.ndarray, want: np.ndarray, context, arithmetic='project',
+                  level=None):
   diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
-  if name in rd.DEGENERATES:
+  if (name, arithmetic) == ('AutoContrast', 'reference'):
+    assert diff.max() <= AUTO_CONTRAST_REFERENCE_BOUND, (name, context, diff.max())
+  elif (name, arithmetic) == ('Sharpness', 'reference'):
+    assert diff.max() <= sharpness_reference_bound(level), (name, context, diff.max())
+  elif name in rd.DEGENERATES:
     assert diff.max() <= BLEND_BOUND, (name, context, diff.max())
   elif name in rd.MATRICES:
     differing = np.any(diff > 0, axis=-1).mean()
@@ -110,25 +135,29 @@ def test_constants_and_op_order_are_the_host_modules():
   assert sorted(groups) == sorted(rd.NAMES)
 
 
+@pytest.mark.parametrize('arithmetic', randaug.ARITHMETICS)
 @pytest.mark.parametrize('channels', [3, 1])
 @pytest.mark.parametrize('magnitude', MAGNITUDES)
-def test_each_op_matches_tensorflow(magnitude, channels):
+def test_each_op_matches_tensorflow(magnitude, channels, arithmetic):
   # One batched layer (the device computation) gives every image its op; each image is compared
   # with the host op run on it with the seed whose draws the layer was given.
   level = magnitude / randaug.MAX_LEVEL
+  host_ops = randaug.op_table(arithmetic)
   cases = [(image, op, seed) for image in images(channels) for op, name in enumerate(rd.NAMES)
            for seed in seeds_for(name)]
   draws = [tf_draws(seed, *SIZE) for _, _, seed in cases]
   batch = jnp.asarray(np.stack([image for image, _, _ in cases]))
-  out = LAYER(batch, layer_draws([op for _, op, _ in cases], *zip(*draws)), level)
+  out = LAYER(batch, layer_draws([op for _, op, _ in cases], *zip(*draws)), level, arithmetic)
   for (image, op, seed), got in zip(cases, np.asarray(out)):
     name = rd.NAMES[op]
-    want = randaug.OPS[name](tf.constant(image), level, seed).numpy()
-    assert_agrees(name, got, want, (magnitude, channels, seed.numpy().tolist()))
+    want = host_ops[name](tf.constant(image), level, randaug.draw(seed, *SIZE)).numpy()
+    assert_agrees(name, got, want, (magnitude, channels, seed.numpy().tolist()), arithmetic,
+                  level)
 
 
-@pytest.mark.parametrize('name', ['AutoContrast', 'Equalize', 'Sharpness'])
-def test_edge_cases_match_tensorflow(name):
+@pytest.mark.parametrize('arithmetic', randaug.ARITHMETICS)
+@pytest.mark.parametrize('name', ['AutoContrast', 'Equalize', 'Sharpness', 'Contrast', 'Color'])
+def test_edge_cases_match_tensorflow(name, arithmetic):
   # Branches the photos do not reach: a flat channel (AutoContrast and Equalize keep it), fewer
   # than 256 pixels (Equalize's step is 0: unchanged), an image that is mostly its border (which
   # Sharpness keeps; the host's Sharpness fails on images under 3 pixels high or wide).
@@ -139,9 +168,21 @@ def test_edge_cases_match_tensorflow(name):
   thin = rng.integers(0, 256, (3, 4, 3), dtype=np.uint8)
   level = 0.3
   for image in (flat, small, thin):
-    got = np.asarray(ONE_OP(jnp.asarray(image[None]), name, level))[0]
-    want = randaug.OPS[name](tf.constant(image), level, None).numpy()
-    assert_agrees(name, got, want, image.shape)
+    got = np.asarray(ONE_OP(jnp.asarray(image[None]), name, level, None, None, arithmetic))[0]
+    want = randaug.op_table(arithmetic)[name](tf.constant(image), level, None).numpy()
+    assert_agrees(name, got, want, image.shape, arithmetic, level)
+
+
+@pytest.mark.parametrize('name', ['Posterize', 'Solarize'])
+def test_reference_tables_match_tensorflow_at_every_magnitude(name):
+  # The wrapped Solarize threshold and the clamped Posterize shift at the magnitudes the golden
+  # covers (0-2: no bits kept; 25: 10 bits; 15 and 25: thresholds 384 and 640).
+  image = images(3)[0]
+  for magnitude in (0, 1, 2, 3, 5, 10, 15, 20, 25):
+    level = magnitude / randaug.MAX_LEVEL
+    got = np.asarray(ONE_OP(jnp.asarray(image[None]), name, level, None, None, 'reference'))[0]
+    want = randaug.op_table('reference')[name](tf.constant(image), level, None).numpy()
+    np.testing.assert_array_equal(got, want, err_msg=f'{name} {magnitude}')
 
 
 def keys(count: int, seed: int = 0) -> jax.Array:
@@ -207,3 +248,5 @@ def test_rejects_what_it_cannot_augment():
     rd.distort(jnp.zeros((2, 8, 8, 3), jnp.uint8), keys(3), 2, 10.0)
   with pytest.raises(ValueError, match='Unknown'):
     rd.apply_op(jnp.zeros((2, 8, 8, 3), jnp.uint8), 'Mirror', 1.0)
+  with pytest.raises(ValueError, match='arithmetic'):
+    rd.distort(jnp.zeros((2, 8, 8, 3), jnp.uint8), keys(2), 2, 10.0, 'pil')

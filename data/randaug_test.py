@@ -1,4 +1,6 @@
 """Tests of RandAugment: every op on 1 and 3 channels, hand-worked values, determinism."""
+import itertools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,18 +10,20 @@ from data import randaug
 SEED = tf.constant([3, 4], tf.int64)
 
 
-def op(name: str, image: np.ndarray, magnitude: float, seed=SEED) -> np.ndarray:
+def op(name: str, image: np.ndarray, magnitude: float, seed=SEED,
+       arithmetic: str = 'project') -> np.ndarray:
   level = magnitude / randaug.MAX_LEVEL
-  return randaug.OPS[name](tf.constant(image, tf.uint8), level, seed).numpy()
+  draws = randaug.draw(seed, *image.shape[:2])
+  return randaug.op_table(arithmetic)[name](tf.constant(image, tf.uint8), level, draws).numpy()
 
 
 @pytest.mark.parametrize('channels', [1, 3])
 def test_every_op_keeps_shape_and_dtype(channels):
   image = np.random.default_rng(0).integers(0, 256, (20, 24, channels), dtype=np.uint8)
   for name in randaug.OPS:
-    for magnitude in (0, 10, 20):
-      out = op(name, image, magnitude)
-      assert out.shape == image.shape and out.dtype == np.uint8, (name, magnitude)
+    for magnitude, arithmetic in itertools.product((0, 10, 20), randaug.ARITHMETICS):
+      out = op(name, image, magnitude, arithmetic=arithmetic)
+      assert out.shape == image.shape and out.dtype == np.uint8, (name, magnitude, arithmetic)
 
 
 def test_reference_op_list():
@@ -41,9 +45,63 @@ def test_pixel_ops_hand_worked():
   np.testing.assert_array_equal(op('Solarize', image, 5).ravel(), [100, 55, 120, 127])
   # SolarizeAdd: + int(110 * 0.5) = 55 below 128: 100 -> 155, 120 -> 175, 127 -> 182.
   np.testing.assert_array_equal(op('SolarizeAdd', image, 5).ravel(), [155, 200, 175, 182])
-  # Magnitude 20 (level 2): 8 bits kept, threshold 512: both no-ops, as in the reference.
+  # Magnitude 20 (level 2): 8 bits kept, threshold 512: both no-ops under the project's
+  # arithmetic (not the reference's: see the next test).
   np.testing.assert_array_equal(op('Posterize', image, 20), image)
   np.testing.assert_array_equal(op('Solarize', image, 20), image)
+
+
+def test_reference_solarize_and_posterize_hand_worked():
+  # The reference compares a uint8 image with int(256 * level) cast to uint8: 512 (magnitude 20)
+  # and 256 (10) wrap to 0, so every pixel is inverted; 384 (15) wraps to 128.
+  image = np.array([[[0], [100], [200], [255]]], np.uint8)
+  for magnitude in (10, 20):
+    np.testing.assert_array_equal(op('Solarize', image, magnitude, arithmetic='reference'),
+                                  255 - image)
+  np.testing.assert_array_equal(op('Solarize', image, 15, arithmetic='reference').ravel(),
+                                [0, 100, 55, 0])
+  # Posterize at magnitude 0-2 keeps int(4 * level) = 0 bits: shift 8, which TensorFlow clamps to
+  # 7, keeping the top bit (200 -> 128, 100 -> 0). At magnitude 25 (10 bits) the shift -2 is cast
+  # to uint8 (254) and clamped to 7 as well; at 20 (8 bits, shift 0) the image stays.
+  for magnitude in (0, 2, 25):
+    np.testing.assert_array_equal(
+        op('Posterize', image, magnitude, arithmetic='reference').ravel(), [0, 0, 128, 128])
+  np.testing.assert_array_equal(op('Posterize', image, 20, arithmetic='reference'), image)
+
+
+def test_reference_blends_hand_worked():
+  # Contrast blends toward pixel count / 256, truncated, whatever the image: 4 pixels give 0
+  # (0.015625), so at factor 0.1 (magnitude 0) 200 -> 0 + 0.1 * 200 = 20. At 224 x 224 the
+  # level is 50176 / 256 = 196.
+  image = np.array([[[0], [100], [200], [255]]], np.uint8)
+  np.testing.assert_array_equal(op('Contrast', image, 0, arithmetic='reference').ravel(),
+                                [0, 10, 20, 25])
+  assert int(randaug.reference_contrast_level(224, 224)) == 196
+  # Color's grey is uint8: pure red's luma 0.2989 * 255 = 76.2 becomes
+  # trunc(0.2989 * 255.5) = 76 (tf.image's float -> uint8 scale), so factor 0.1 gives
+  # 76 + 0.1 * (255 - 76) = 93.9 -> 93 and 76 * 0.9 = 68.4 -> 68 (the project's float grey: 94).
+  red = np.zeros((1, 1, 3), np.uint8)
+  red[..., 0] = 255
+  np.testing.assert_array_equal(op('Color', red, 0, arithmetic='reference').ravel(), [93, 68, 68])
+
+
+def test_reference_sharpness_truncates_and_auto_contrast_adds_an_offset():
+  # A 3 x 3 image of 10s with 17 in the centre, its one interior pixel: smoothed
+  # (8 * 10 + 5 * 17) / 13 = 12.69, truncated 12 (the reference), rounded 13 (the project).
+  # Factor 0.1 (magnitude 0): 12 + 0.1 * (17 - 12) = 12.5 -> 12 against 13 + 0.4 = 13.4 -> 13.
+  image = np.full((3, 3, 1), 10, np.uint8)
+  image[1, 1] = 17
+  assert op('Sharpness', image, 0, arithmetic='reference')[1, 1, 0] == 12
+  assert op('Sharpness', image, 0)[1, 1, 0] == 13
+  # AutoContrast: lo 50, hi 150: scale 2.55, offset -127.5; 100 * 2.55 - 127.5 = 127.5 -> 127.
+  image = np.array([[[50], [100], [150]]], np.uint8)
+  np.testing.assert_array_equal(op('AutoContrast', image, 0, arithmetic='reference').ravel(),
+                                [0, 127, 255])
+
+
+def test_unknown_arithmetic_is_refused():
+  with pytest.raises(ValueError, match='arithmetic'):
+    randaug.op_table('pil')
 
 
 def test_enhance_ops_hand_worked():
@@ -130,8 +188,9 @@ def test_distort_rejects_float_and_unknown_channels():
     randaug.distort(tf.zeros([4, 4, 2], tf.uint8), SEED, 2, 10.0)
 
 
-# At magnitude 20 (level 2) the reference's arithmetic makes two ops exact no-ops on any image:
-# Posterize keeps int(4 * 2) = 8 bits and Solarize's threshold is int(256 * 2) = 512 > 255.
+# At magnitude 20 (level 2) the project's arithmetic makes two ops exact no-ops on any image:
+# Posterize keeps int(4 * 2) = 8 bits and Solarize's threshold is int(256 * 2) = 512 > 255. (The
+# reference's Solarize wraps the threshold to 0 and inverts every pixel.)
 NO_OPS_AT_20 = ('Posterize', 'Solarize')
 
 
@@ -149,14 +208,16 @@ def test_every_op_changes_a_random_image_at_magnitude_20_except_the_no_ops():
     out = op(name, image, 20, seed=tf.constant([i, 1], tf.int64))
     assert np.array_equal(out, image) == (name in NO_OPS_AT_20), name
   # A channel holding both 0 and 255 maps through (x - 0) * 255 / 255: AutoContrast is then the
-  # identity, in the reference (scale 1, offset 0) as here.
+  # identity, in the reference (scale 1, offset 0) as here, under both arithmetics.
   image[0, 0], image[0, 1] = 0, 255
   np.testing.assert_array_equal(op('AutoContrast', image, 20), image)
+  np.testing.assert_array_equal(op('AutoContrast', image, 20, arithmetic='reference'), image)
 
 
 def test_distort_always_applies_the_chosen_op():
   # One layer at magnitude 20 picks each of the 16 ops with probability 1/16 and applies it (the
-  # reference draws a probability from U(0.2, 0.8) and discards it). An image comes out unchanged
+  # reference draws a probability from U(0.2, 0.8) and discards it; the project's arithmetic,
+  # where Posterize and Solarize are no-ops at 20). An image comes out unchanged
   # iff the op was Posterize or Solarize, or AutoContrast on an image whose 3 channels each span
   # 0..255 (probability q = full_range_probability(32 * 32)^3 = 0.8958 for uniform pixels; the
   # other 13 ops change a random image, see the test above). So P(unchanged) = p = (2 + q) / 16

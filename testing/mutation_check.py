@@ -84,6 +84,15 @@ MUTATIONS = (
     Mutation('device multi-hot keeps the padding', 'data/device_augment.py',
              'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
              ('data/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
+    Mutation('Solarize without the wrap', 'data/randaug.py',
+             'return int(256 * level) % 256', 'return int(256 * level)',
+             ('data/randaug_golden_test.py::'
+              'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
+    Mutation('Contrast toward the true mean', 'data/randaug.py',
+             'level_value = reference_contrast_level(tf.shape(image)[0], tf.shape(image)[1])',
+             'level_value = tf.reduce_mean(_grayscale(image))',
+             ('data/randaug_golden_test.py::'
+              'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
 )
 
 

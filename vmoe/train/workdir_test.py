@@ -116,3 +116,19 @@ def test_the_trainer_refuses_a_workdir_nobody_claimed(tmp_path, tiny_experiment)
   other = tiny_experiment(overrides={'num_train_steps': 700})
   with pytest.raises(ValueError, match='claimed for another run .*num_train_steps'):
     workdir.check_claimed(str(tmp_path), other)
+
+
+def test_a_pp_string_recorded_with_another_randaug_arithmetic_is_refused(tiny_experiment,
+                                                                         tmp_path):
+  # A pp op's argument changes what the run trains on (randaug's arithmetic: the project's by
+  # default, which a record without it means), so a changed data.pp_train is another run.
+  experiment = tiny_experiment('router=softmax_ec')
+  old = experiment.data.pp_train.replace('|value_range', '|randaug(2, 20)|value_range', 1)
+  assert 'randaug(2, 20)' in old
+  recorded = experiment.to_dict()
+  recorded['data']['pp_train'] = old
+  new = dataclasses.replace(experiment, data=dataclasses.replace(
+      experiment.data, pp_train=old.replace('randaug(2, 20)',
+                                            "randaug(2, 20, arithmetic='reference')")))
+  with pytest.raises(errors.UserError, match=r'differences under: data\.pp_train\)'):
+    workdir.guard(record(tmp_path, recorded), new)
