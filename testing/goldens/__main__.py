@@ -38,6 +38,9 @@ REFERENCE_COMMITS = {
 # This repository's packages the child process may import (testing/goldens/reference.py).
 CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
+    'kl_projection_routers': 'kl_projection_routers',
+    'router_dispatchers': 'router_dispatchers',
+    'soft_router': 'soft_router',
 }
 
 
