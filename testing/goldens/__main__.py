@@ -41,6 +41,7 @@ COMPONENTS = {
     'kl_projection_routers': 'kl_projection_routers',
     'router_dispatchers': 'router_dispatchers',
     'soft_router': 'soft_router',
+    'vit_moe': 'vit_moe',
 }
 
 
