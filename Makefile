@@ -24,6 +24,9 @@
 #                  steps, a preemption, a resume, 10-shot over 1,000 classes; peak memory and
 #                  checkpoint size in $(WORKDIRS)/rehearsal/rehearsal.json (launch/rehearsal.py;
 #                  up to 45 minutes of 2 cores, about 19 GiB of memory, 15 GB of disk)
+#   make goldens   testing/goldens/*.npz from the references' own code (python -m testing.goldens):
+#                  checkouts VMOE=, BIG_VISION=, VISION_TRANSFORMER= at the commits it names;
+#                  generator-only packages (requirements-goldens.txt) in $(VENV)/goldens-site
 #   make tables    tables, figures and claims from every summary.json under $(TABLES_RUNS), in
 #                  $(TABLES_OUT): by default the committed study's (results/tiny/runs ->
 #                  results/tiny), with the pages of its prose/ templates (results/tiny/README.md,
@@ -37,7 +40,7 @@ TPU_COMPILER_STAMP := $(VENV)/tpu-compiler/.installed
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo)
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo study plan rehearsal
+.PHONY: install tpu-compiler test bench fashion-mnist sweep tables demo study plan rehearsal goldens
 ARCH ?= tiny
 SEEDS ?= 1
 WORKDIRS ?= workdirs
@@ -126,3 +129,12 @@ rehearsal: install
 
 plan: install tpu-compiler
 	$(PY) -m launch.plan --out docs/scaling.md
+
+VMOE ?= ../vmoe
+BIG_VISION ?= ../big_vision
+VISION_TRANSFORMER ?= ../vision_transformer
+GOLDENS_SITE := $(VENV)/goldens-site
+goldens: install
+	$(PY) -m pip install --no-deps --target $(GOLDENS_SITE) -r requirements-goldens.txt
+	$(PY) -m testing.goldens --vmoe $(VMOE) --big-vision $(BIG_VISION) \
+	  --vision-transformer $(VISION_TRANSFORMER) --extra-site $(GOLDENS_SITE)

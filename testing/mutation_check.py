@@ -1,11 +1,11 @@
-"""Breaks the routing and device-augmentation code on purpose, one line at a time, and checks
-that the suite notices.
+"""Breaks the routing, model and device-augmentation code on purpose, one line at a time, and
+checks that the suite notices.
 
   python -m testing.mutation_check [--only NAME] [--out FILE]
 
-Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur
-once) in a fresh copy of the tracked files, then runs the tests that should catch it; the
-mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one
+Each mutation replaces one line's text of vmoe/routing/, vmoe/model/ or data/ (the exact text
+must occur once) in a fresh copy of the tracked files, then runs the tests that should catch it;
+the mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one
 line per mutation and exits 1 if any survived. It costs a pytest process per mutation (a few
 minutes in all), so it is a tool to run by hand after changing routing or augmentation code or
 its tests, not part of the suite.
@@ -93,6 +93,16 @@ MUTATIONS = (
              'level_value = tf.reduce_mean(_grayscale(image))',
              ('data/randaug_golden_test.py::'
               'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
+    Mutation('MLP GELU without its tanh approximation', 'vmoe/model/vit.py',
+             "h = dropout(nn.gelu(dense(self.mlp_dim, 'fc1')(x)))",
+             "h = dropout(nn.gelu(dense(self.mlp_dim, 'fc1')(x), approximate=False))",
+             ('vmoe/model/vmoe_params_golden_test.py::'
+              'test_converted_model_routes_and_classifies_as_v_moe',)),
+    Mutation('expert GELU without its tanh approximation', 'vmoe/model/moe.py',
+             'h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h))',
+             'h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h, False))',
+             ('vmoe/model/vmoe_params_golden_test.py::'
+              'test_converted_model_routes_and_classifies_as_v_moe',)),
 )
 
 

@@ -38,7 +38,11 @@ REFERENCE_COMMITS = {
 # This repository's packages the child process may import (testing/goldens/reference.py).
 CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
+    'kl_projection_routers': 'kl_projection_routers',
     'randaug': 'randaug',
+    'router_dispatchers': 'router_dispatchers',
+    'soft_router': 'soft_router',
+    'vit_moe': 'vit_moe',
 }
 
 
