@@ -1,14 +1,13 @@
-"""Breaks the routing and device-augmentation code on purpose, one line at a time, and checks
-that the suite notices.
+"""Breaks the library (routing, augmentation, and what the goldens pin) on purpose, one line at
+a time, and checks that the suite notices.
 
   python -m testing.mutation_check [--only NAME] [--out FILE]
 
-Each mutation replaces one line's text of vmoe/routing/ or data/ (the exact text must occur
-once) in a fresh copy of the tracked files, then runs the tests that should catch it; the
-mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one
-line per mutation and exits 1 if any survived. It costs a pytest process per mutation (a few
-minutes in all), so it is a tool to run by hand after changing routing or augmentation code or
-its tests, not part of the suite.
+Each mutation replaces one line's text of the library (the exact text must occur once) in a
+fresh copy of the tracked files, then runs the tests that should catch it; the mutation is
+caught when they fail. A mutation that survives is a hole in the tests. Prints one line per
+mutation and exits 1 if any survived. It costs a pytest process per mutation (a few minutes in
+all), so it is a tool to run by hand after changing the mutated code or its tests, not part of the suite.
 """
 import argparse
 import os
@@ -84,6 +83,10 @@ MUTATIONS = (
     Mutation('device multi-hot keeps the padding', 'data/device_augment.py',
              'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
              ('data/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
+    Mutation('the warm-up one step off', 'vmoe/train/optim.py',
+             'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps)',
+             'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps + 1)',
+             ('vmoe/train/optim_golden_test.py::test_schedule_equals_v_moes_warmup_linear_decay',)),
 )
 
 
