@@ -7,7 +7,8 @@ Each mutation replaces one line's text of the library (the exact text must occur
 fresh copy of the tracked files, then runs the tests that should catch it; the mutation is
 caught when they fail. A mutation that survives is a hole in the tests. Prints one line per
 mutation and exits 1 if any survived. It costs a pytest process per mutation (a few minutes in
-all), so it is a tool to run by hand after changing the mutated code or its tests, not part of the suite.
+all), so it is a tool to run by hand after changing the mutated code or its tests, not part of
+the suite.
 """
 import argparse
 import os
@@ -87,6 +88,13 @@ MUTATIONS = (
              'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps)',
              'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps + 1)',
              ('vmoe/train/optim_golden_test.py::test_schedule_equals_v_moes_warmup_linear_decay',)),
+    Mutation("Adam's b2", 'vmoe/train/optim.py', 'b2: float = 0.999', 'b2: float = 0.99',
+             ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
+    Mutation("Adam's epsilon", 'vmoe/train/optim.py',
+             'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay,',
+             'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, eps=1e-7, '
+             'weight_decay=opt.weight_decay,',
+             ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
 )
 
 

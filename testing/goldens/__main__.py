@@ -39,6 +39,7 @@ REFERENCE_COMMITS = {
 CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
     'lr_schedule': 'lr_schedule',
+    'optimizer': 'optimizer',
 }
 
 
