@@ -95,6 +95,11 @@ MUTATIONS = (
              'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, eps=1e-7, '
              'weight_decay=opt.weight_decay,',
              ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
+    Mutation("the load loss's threshold without noise", 'vmoe/routing/losses.py',
+             'threshold = jax.lax.top_k(noisy_logits, k)[0][:, -1:]',
+             'threshold = jax.lax.top_k(logits, k)[0][:, -1:]',
+             ('vmoe/routing/losses_golden_test.py::'
+              'test_load_loss_equals_v_moes_per_group_at_k_1_and_2',)),
 )
 
 
