@@ -100,6 +100,11 @@ MUTATIONS = (
              'threshold = jax.lax.top_k(logits, k)[0][:, -1:]',
              ('vmoe/routing/losses_golden_test.py::'
               'test_load_loss_equals_v_moes_per_group_at_k_1_and_2',)),
+    Mutation("mixup's concentration", 'vmoe/train/train_step.py',
+             'jnp.full((num_chunks, size), concentration, jnp.float32))',
+             'jnp.full((num_chunks, size), 2 * concentration, jnp.float32))',
+             ('vmoe/train/train_step_golden_test.py::'
+              'test_mixup_equals_v_moes_given_its_key_and_batch',)),
 )
 
 

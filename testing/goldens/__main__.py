@@ -40,6 +40,7 @@ CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
     'losses': 'losses',
     'lr_schedule': 'lr_schedule',
+    'mixup': 'mixup',
     'optimizer': 'optimizer',
 }
 
