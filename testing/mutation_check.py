@@ -105,6 +105,11 @@ MUTATIONS = (
              'jnp.full((num_chunks, size), 2 * concentration, jnp.float32))',
              ('vmoe/train/train_step_golden_test.py::'
               'test_mixup_equals_v_moes_given_its_key_and_batch',)),
+    Mutation("few-shot's l2 scaled", 'evaluation/fewshot.py',
+             'path.rhs / (path.eigenvalues + l2)[:, None]',
+             'path.rhs / (path.eigenvalues + 2 * l2)[:, None]',
+             ('evaluation/fewshot_golden_test.py::'
+              'test_ridge_accuracy_equals_big_visions_for_every_l2',)),
 )
 
 

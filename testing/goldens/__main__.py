@@ -38,6 +38,7 @@ REFERENCE_COMMITS = {
 # This repository's packages the child process may import (testing/goldens/reference.py).
 CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
+    'fewshot': 'fewshot',
     'losses': 'losses',
     'lr_schedule': 'lr_schedule',
     'mixup': 'mixup',
