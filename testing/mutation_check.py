@@ -110,6 +110,10 @@ MUTATIONS = (
              'path.rhs / (path.eigenvalues + 2 * l2)[:, None]',
              ('evaluation/fewshot_golden_test.py::'
               'test_ridge_accuracy_equals_big_visions_for_every_l2',)),
+    Mutation("the inception crop's area range", 'data/ops.py',
+             'def inception_crop(size, area_min: float = 5,',
+             'def inception_crop(size, area_min: float = 8,',
+             ('data/ops_golden_test.py::test_window_area_and_aspect_are_distributed_as_v_moes',)),
 )
 
 

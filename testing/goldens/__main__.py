@@ -43,6 +43,7 @@ COMPONENTS = {
     'lr_schedule': 'lr_schedule',
     'mixup': 'mixup',
     'optimizer': 'optimizer',
+    'pp_ops': 'pp_ops',
 }
 
 
