@@ -3,19 +3,20 @@
 big_vision/evaluators/fewshot_lsr.py: `_precompute_cache(x, y, num_classes)` whitens the train
 features, appends the bias feature 100, and decomposes the smaller Gram matrix;
 `_eig_fewshot_acc_fn(cache, x_test, y_test, l2_reg)` is the test accuracy of the ridge solution
-for one l2 (jitted on the CPU). The reference runs in JAX's default float32; the project solves in
-float64 (docs/fidelity.md D19), and in float32 the bias feature's eigenvalue (100^2 per example)
-makes the reference's rounding, relative to the whitened features' eigenvalues, too large for a
-bound that pins anything. So the golden holds the reference's code run twice: in float32 (its
-setting: the record of D19's difference) and with JAX's 64-bit mode on, on the same features as
-float64 (the same formulas in the project's precision: what the test compares). Two training
-sets: 8 shots of 5 classes (40 examples, 17 design columns: the primal form) and 2 shots (10
-examples: the kernel form), one test set of 400, at every other l2 of V-MoE's grid
-2^-10 ... 2^19.
+for one l2 (jitted on the CPU). V-MoE's vmoe/evaluate/fewshot.py, which docs/fidelity.md cites,
+has the same two functions with the same arithmetic. The reference runs in JAX's default
+float32; the project solves in float64 (docs/fidelity.md D19), and in float32 the bias
+feature's eigenvalue (100^2 per example) makes the reference's rounding, relative to the
+whitened features' eigenvalues, too large for a bound that pins anything. So the golden holds
+the reference's code run twice: in float32 (its setting: the record of D19's difference) and with
+JAX's 64-bit mode on, on the same features as float64 (the same formulas in the project's
+precision: what the test compares). Two training sets: 8 shots of 5 classes (40 examples, 17
+design columns: the primal form) and 2 shots (10 examples: the kernel form), one test set of
+400, at every other l2 of V-MoE's grid 2^-10 ... 2^19.
 """
 import numpy as np
 
-REFERENCE = ('big_vision/evaluators/fewshot_lsr.py _precompute_cache, _eig_fewshot_acc_fn')
+REFERENCE = 'big_vision/evaluators/fewshot_lsr.py _precompute_cache, _eig_fewshot_acc_fn'
 
 CLASSES, FEATURES, TEST = 5, 16, 400
 SHOTS = (8, 2)
