@@ -214,17 +214,20 @@ def central_crop(size):
 
 @dataclasses.dataclass(frozen=True)
 class _InceptionCrop:
-  """The op inception_crop(size, area_min, area_max); an object, not a closure, so that the fused
-  op draws the same window and resizes the same way."""
+  """The op inception_crop(size, area_min, area_max, aspect_min, aspect_max); an object, not a
+  closure, so that the fused op draws the same window and resizes the same way."""
   size: tuple[int, int]
   area_min: float
   area_max: float
+  aspect_min: float
+  aspect_max: float
 
   def window(self, shape: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """(begin, size) of the crop, tf.slice's arguments, for an image of int32 `shape` (H, W, C)."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         shape, bounding_boxes=tf.zeros([0, 0, 4]), seed=seed,
-        area_range=(self.area_min / 100, self.area_max / 100), aspect_ratio_range=(3 / 4, 4 / 3),
+        area_range=(self.area_min / 100, self.area_max / 100),
+        aspect_ratio_range=(self.aspect_min, self.aspect_max),
         min_object_covered=0.0, use_image_if_no_bounding_boxes=True, max_attempts=100)
     return begin, size
 
@@ -238,19 +241,26 @@ class _InceptionCrop:
     return _with_image(example, self.resized(crop))
 
 
-def inception_crop(size, area_min: float = 5, area_max: float = 100):
-  """Random crop of area_min..area_max % of the image, aspect 3/4..4/3, resized to `size`.
+def inception_crop(size, area_min: float = 5, area_max: float = 100, aspect_min: float = 3 / 4,
+                   aspect_max: float = 4 / 3):
+  """Random crop of area_min..area_max % of the image, aspect (width / height)
+  aspect_min..aspect_max, resized to `size`.
 
   The Inception crop (Szegedy et al. 2015) with V-MoE's (and big_vision's) default area range
   5-100%, and up to 100 tries to sample a box before falling back to the whole image: TF's
-  default, which V-MoE's inception_crop keeps (vmoe/data/pp_ops.py). Right after decode, a JPEG
-  is decoded only in the window (_decode_and_inception_crop).
+  default, which V-MoE's inception_crop keeps (vmoe/data/pp_ops.py). V-MoE's aspect range is TF's
+  default, 0.75-1.33; the project's ends at 4/3 (docs/fidelity.md D10), and
+  `inception_crop(224, aspect_max=1.33)` draws V-MoE's. Right after decode, a JPEG is decoded
+  only in the window (_decode_and_inception_crop).
   """
   size = _pair(size, 'inception_crop')
   if not 0 < area_min <= area_max <= 100:
     raise ValueError(f'inception_crop: need 0 < area_min <= area_max <= 100, got '
                      f'{area_min}, {area_max}')
-  return _InceptionCrop(size, area_min, area_max)
+  if not 0 < aspect_min <= aspect_max:
+    raise ValueError(f'inception_crop: need 0 < aspect_min <= aspect_max, got '
+                     f'{aspect_min}, {aspect_max}')
+  return _InceptionCrop(size, area_min, area_max, aspect_min, aspect_max)
 
 
 def _decode_and_inception_crop(decode_op: _Decode, crop_op: _InceptionCrop) -> Callable:

@@ -1,14 +1,14 @@
-"""Breaks the routing, model and device-augmentation code on purpose, one line at a time, and
-checks that the suite notices.
+"""Breaks the library (routing, augmentation, and what the goldens pin) on purpose, one line at
+a time, and checks that the suite notices.
 
   python -m testing.mutation_check [--only NAME] [--out FILE]
 
-Each mutation replaces one line's text of vmoe/routing/, vmoe/model/ or data/ (the exact text
-must occur once) in a fresh copy of the tracked files, then runs the tests that should catch it;
-the mutation is caught when they fail. A mutation that survives is a hole in the tests. Prints one
-line per mutation and exits 1 if any survived. It costs a pytest process per mutation (a few
-minutes in all), so it is a tool to run by hand after changing routing or augmentation code or
-its tests, not part of the suite.
+Each mutation replaces one line's text of the library (the exact text must occur once) in a
+fresh copy of the tracked files, then runs the tests that should catch it; the mutation is
+caught when they fail. A mutation that survives is a hole in the tests. Prints one line per
+mutation and exits 1 if any survived. It costs a pytest process per mutation (a few minutes in
+all), so it is a tool to run by hand after changing the mutated code or its tests, not part of
+the suite.
 """
 import argparse
 import os
@@ -103,6 +103,36 @@ MUTATIONS = (
              'h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.gelu(h, False))',
              ('vmoe/model/vmoe_params_golden_test.py::'
               'test_converted_model_routes_and_classifies_as_v_moe',)),
+    Mutation('the warm-up one step off', 'vmoe/train/optim.py',
+             'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps)',
+             'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps + 1)',
+             ('vmoe/train/optim_golden_test.py::test_schedule_equals_v_moes_warmup_linear_decay',)),
+    Mutation("Adam's b2", 'vmoe/train/optim.py', 'b2: float = 0.999', 'b2: float = 0.99',
+             ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
+    Mutation("Adam's epsilon", 'vmoe/train/optim.py',
+             'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay,',
+             'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, eps=1e-7, '
+             'weight_decay=opt.weight_decay,',
+             ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
+    Mutation("the load loss's threshold without noise", 'vmoe/routing/losses.py',
+             'threshold = jax.lax.top_k(noisy_logits, k)[0][:, -1:]',
+             'threshold = jax.lax.top_k(logits, k)[0][:, -1:]',
+             ('vmoe/routing/losses_golden_test.py::'
+              'test_load_loss_equals_v_moes_per_group_at_k_1_and_2',)),
+    Mutation("mixup's concentration", 'vmoe/train/train_step.py',
+             'jnp.full((num_chunks, size), concentration, jnp.float32))',
+             'jnp.full((num_chunks, size), 2 * concentration, jnp.float32))',
+             ('vmoe/train/train_step_golden_test.py::'
+              'test_mixup_equals_v_moes_given_its_key_and_batch',)),
+    Mutation("few-shot's l2 scaled", 'evaluation/fewshot.py',
+             'path.rhs / (path.eigenvalues + l2)[:, None]',
+             'path.rhs / (path.eigenvalues + 2 * l2)[:, None]',
+             ('evaluation/fewshot_golden_test.py::'
+              'test_ridge_accuracy_equals_big_visions_for_every_l2',)),
+    Mutation("the inception crop's area range", 'data/ops.py',
+             'def inception_crop(size, area_min: float = 5,',
+             'def inception_crop(size, area_min: float = 8,',
+             ('data/ops_golden_test.py::test_window_area_and_aspect_are_distributed_as_v_moes',)),
 )
 
 

@@ -38,7 +38,13 @@ REFERENCE_COMMITS = {
 # This repository's packages the child process may import (testing/goldens/reference.py).
 CHILD_PACKAGES = ('base', 'testing')
 COMPONENTS = {
+    'fewshot': 'fewshot',
     'kl_projection_routers': 'kl_projection_routers',
+    'losses': 'losses',
+    'lr_schedule': 'lr_schedule',
+    'mixup': 'mixup',
+    'optimizer': 'optimizer',
+    'pp_ops': 'pp_ops',
     'randaug': 'randaug',
     'router_dispatchers': 'router_dispatchers',
     'soft_router': 'soft_router',
