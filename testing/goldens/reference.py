@@ -65,7 +65,7 @@ class Context:
     scope = dict(namespace)
     exec(code, scope)  # pylint: disable=exec-used
     self.patch(f'{checkout}/{relative}: {function} compiled alone (its module does not import '
-               f'here), with {", ".join(sorted(namespace))} from the installed libraries')
+               f'here), with {", ".join(sorted(namespace))} bound by the component')
     return scope[function]
 
   def stub_module(self, name: str, attributes: dict, why: str) -> types.ModuleType:
