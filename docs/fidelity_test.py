@@ -25,6 +25,10 @@ NODE = re.compile(
 BARE_NODE = re.compile(r'[\w./-]*\.py::[\w:]+')
 BACKTICKED = re.compile(r'`[^`]*`')
 NOT_PINNED = 'value none — not pinned'
+# The golden column: golden test nodes (a test file that loads testing/goldens), or one of these.
+GOLDEN = 'golden'
+NO_GOLDEN = ('config value: nothing to run', 'hand-worked only')
+PINNING, GOLDEN_CELL, CELLS = 4, 5, 6
 CELL_SEPARATOR = re.compile(r'(?<!\\)\|')       # The table escapes a '|' inside a cell as '\|'.
 
 
@@ -100,14 +104,44 @@ def missing_nodes(text: str) -> list:
   return missing
 
 
+def loads_goldens(path: str) -> bool:
+  """Whether a test file imports testing.goldens (read with ast)."""
+  tree = ast.parse((ROOT / path).read_text(), filename=path)
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == 'testing' and any(
+        alias.name == 'goldens' for alias in node.names):
+      return True
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+        (getattr(node, 'module', None) or alias.name).startswith('testing.goldens')
+        for alias in node.names):
+      return True
+  return False
+
+
+def golden_cell_errors(number: int, cell: str) -> list:
+  """A golden cell names golden tests (files that load testing.goldens) after 'golden', or
+  starts with one of NO_GOLDEN."""
+  cell = cell.strip()
+  if cell.startswith(NO_GOLDEN):
+    return []
+  named = list(nodes(cell))
+  if not cell.startswith(GOLDEN) or not named:
+    return [f'line {number}: the golden cell neither names golden tests after "{GOLDEN}" nor '
+            f'starts with one of {NO_GOLDEN}']
+  return [f'line {number}: {path} does not load testing.goldens' for path, _ in named
+          if (ROOT / path).is_file() and not loads_goldens(path)]
+
+
 def unpinned_rows(text: str) -> list:
-  """Table rows whose pinning cell names no node and does not say NOT_PINNED, or that do not
-  have the table's five cells."""
+  """Table rows whose pinning cell names no node and does not say NOT_PINNED, whose golden cell
+  is not of its forms, or that do not have the table's six cells."""
   wrong = []
   for number, cells in table_rows(text):
-    if len(cells) != 5:
-      wrong.append(f'line {number}: {len(cells)} cells, the table has 5')
-    elif not (list(nodes(cells[-1])) or NOT_PINNED in cells[-1]):
+    if len(cells) != CELLS:
+      wrong.append(f'line {number}: {len(cells)} cells, the table has {CELLS}')
+      continue
+    wrong.extend(golden_cell_errors(number, cells[GOLDEN_CELL]))
+    if not (list(nodes(cells[PINNING])) or NOT_PINNED in cells[PINNING]):
       wrong.append(f'line {number} ({cells[0].strip()}): its pinning cell names no test node '
                    f'(`path::test_name`) and does not say "{NOT_PINNED}"')
   return wrong
@@ -131,18 +165,26 @@ def test_every_row_names_a_test_or_says_it_is_not_pinned():
 def test_the_checks_catch_a_moved_test_and_an_unpinned_row():
   this = 'docs/fidelity_test.py'
   text = '\n'.join([
-      '| item | paper | reference | project | pinning test |',
-      '| --- | --- | --- | --- | --- |',
-      f'| a | b | c | d | `{this}::test_every_named_node_exists` and `::no_such_test` |',
-      '| e | f | g | h | mechanism only |',
-      '| i | j | k | l | value none — not pinned |',
+      '| item | paper | reference | project | pinning test | golden |',
+      '| --- | --- | --- | --- | --- | --- |',
+      f'| a | b | c | d | `{this}::test_every_named_node_exists` and `::no_such_test` | '
+      'hand-worked only |',
+      '| e | f | g | h | mechanism only | config value: nothing to run |',
+      '| i | j | k | l | value none — not pinned | golden: `data/ops_golden_test.py::'
+      'test_deterministic_image_ops_equal_v_moes` |',
+      f'| m | n | o | p | value none — not pinned | golden: `{this}::test_only_collected_tests'
+      '_count` |',
+      '| q | r | s | t | value none — not pinned | checked by eye |',
       '',
       '- **D1.** Pinned by `vmoe/moved_test.py::test_gone`.'])
   assert missing_nodes(text) == [f'line 3: {this} has no collected test no_such_test',
-                                 'line 7: vmoe/moved_test.py does not exist']
+                                 'line 9: vmoe/moved_test.py does not exist']
   assert unpinned_rows(text) == [
       f'line 4 (e): its pinning cell names no test node (`path::test_name`) and does not say '
-      f'"{NOT_PINNED}"']
+      f'"{NOT_PINNED}"',
+      f'line 6: {this} does not load testing.goldens',
+      f'line 7: the golden cell neither names golden tests after "{GOLDEN}" nor starts with one '
+      f'of {NO_GOLDEN}']
 
 
 def test_the_parser_reads_the_forms_the_table_uses():
@@ -150,9 +192,10 @@ def test_the_parser_reads_the_forms_the_table_uses():
           '`configs/b_test.py::test_three[b32]`')
   assert list(nodes(cell)) == [('vmoe/a_test.py', 'test_one'), ('vmoe/a_test.py', 'test_two'),
                                ('configs/b_test.py', 'test_three')]
-  row = '| **Data:** x | not stated | `a\\|b` | c | `d_test.py::test_d` |'
+  row = '| **Data:** x | not stated | `a\\|b` | c | `d_test.py::test_d` | hand-worked only |'
   (_, is_table, cells), = units(row)
-  assert is_table and len(cells) == 5 and list(nodes(cells[-1])) == [('d_test.py', 'test_d')]
+  assert is_table and len(cells) == CELLS
+  assert list(nodes(cells[PINNING])) == [('d_test.py', 'test_d')]
 
 
 def test_the_routers_after_the_paper_have_their_block():
