@@ -82,7 +82,7 @@ def run(args) -> dict:
                **tail_memory(split, images, device)}
         print(row, flush=True)
         rows.append(row)
-  return {'host': host.host(), 'jax': jax.__version__, 'rows': rows,
+  return {'machine': {**host.host(), 'jax': jax.__version__}, 'rows': rows,
           'target_mb_per_image': TARGET_MB,
           'method': 'temp_size_in_bytes of compiled.memory_analysis() over the images, the tail '
                     'jitted alone on one device (one TensorCore of the TPU topology)'}
