@@ -1,6 +1,6 @@
 # vmoe-routers: every command a user or CI runs.
 #   make install   create .venv and install pinned dependencies (idempotent)
-#   make tpu-compiler  libtpu (~700 MB) in .venv/tpu-compiler, for make plan only (.ci/run too)
+#   make tpu-compiler  libtpu (~700 MB) in .venv/tpu-compiler, for make plan and bench (.ci/run too)
 #   make test      the test suite (CI runs exactly this through .ci/run)
 #   make bench     speed benchmarks, results in bench/results/, their tables in docs/benchmarks.md
 #   make demo      the main job: one seed of the tiny study (dense ViT and the six routers at
@@ -90,7 +90,7 @@ test: install
 	$(PY) -m data.prepare embedded
 	$(PY) -m pytest -q -n $$($(PY) -m testing.workers) --dist loadgroup
 
-bench: install
+bench: install tpu-compiler
 	$(PY) -m bench.moe_layer --groups 16 --out bench/results/moe_layer.json
 	$(PY) -m bench.moe_layer --groups 16 --expert-shards 32 --out bench/results/moe_layer_sharded.json
 	$(PY) -m bench.train_step --out bench/results/train_step.json
@@ -103,6 +103,7 @@ bench: install
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
 	$(PY) -m bench.device_augment --out bench/results/device_augment.json
+	$(PY) -m bench.tail_memory --tpu-images 8 64 --out bench/results/tail_memory.json
 	$(PY) -m bench.report
 
 sweep: install

@@ -34,6 +34,8 @@ TRAIN_STEP_COLUMNS = ('router', 'capacity', 'softmax_combine', 'vs_dense', 'vs_d
                       'target', 'meets_target')
 AUGMENT_COLUMNS = ('augment_on', 'randaug', 'images', 'step_ms', 'augment_ms', 'share',
                    'step_share', 'target', 'meets_target')
+TAIL_MEMORY_COLUMNS = ('tail', 'compiler', 'images', 'temp_bytes', 'temp_mb_per_image',
+                       'compile_cpu_seconds')
 SOLVER_COLUMNS = ('source', 'tokens', 'experts', 'capacity_factor', 'start', 'steps', 'ms',
                   'row_error', 'dropped')
 
@@ -78,6 +80,8 @@ def _body(name: str, result: dict) -> list[str]:
     return _table(result['ratios'], TRAIN_STEP_COLUMNS)
   if name.startswith('paper_step'):
     return _table(result['rows'], STEP_COLUMNS)
+  if name == 'tail_memory.json':
+    return _table(result['rows'], TAIL_MEMORY_COLUMNS)
   if name == 'sparsity_solver.json':
     return _table(result['rows'], SOLVER_COLUMNS)
   if name == 'input_pipeline.json':

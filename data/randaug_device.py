@@ -22,7 +22,8 @@ lax.cond a computation over the whole batch, `_if_drawn`): at small per-device b
 go undrawn in a layer. A layer's cost does not depend on the ops drawn: two gathers per pixel (the
 tables, the warp), Equalize's histograms as one scatter-add over the batch, a 3x3 smoothing, and
 elementwise selects. `distort` scans over the layers, so one layer is compiled whatever their
-number.
+number. The gathers, the histogram's indices and the smoothing work on channel-major planes
+(`_channel_major`): in (B, H, W, C), a TPU would pad C = 3 to its 128 lanes.
 
 Not dm-pix: its brightness is additive (the reference blends with black, a multiplicative factor),
 its contrast uses per-channel means (the reference uses the mean luma), and it has no Equalize,
@@ -122,9 +123,24 @@ def _pixel_grayscale(images: jax.Array) -> jax.Array:
   the sum (a fused multiply-add rounds once) and every program computes the same bits."""
   if images.shape[-1] == 1:
     return images.astype(jnp.float32)
-  red, green, blue = (jnp.take(_LUMA_PRODUCTS[c], images[..., c:c + 1].astype(jnp.int32))
+  # Indices (B, H, W), not (B, H, W, 1): a TPU lays the last dimension along its 128 lanes.
+  red, green, blue = (jnp.take(_LUMA_PRODUCTS[c], images[..., c].astype(jnp.int32))
                       for c in range(3))
-  return (red + green) + blue
+  return ((red + green) + blue)[..., None]
+
+
+def _channel_major(images: jax.Array) -> jax.Array:
+  """(B, H, W, C) -> (B, C, H * W): the layout of the gathers' and the histogram's indices. A TPU
+  lays an array's last dimension along its 128 lanes, so indices (B, H, W, C) with C = 3 would
+  take 128 / 3 times their size in temporaries; H * W fills the lanes."""
+  b, h, w, c = images.shape
+  return jnp.transpose(images, (0, 3, 1, 2)).reshape(b, c, h * w)
+
+
+def _channel_last(planes: jax.Array, shape: tuple) -> jax.Array:
+  """_channel_major's inverse: (B, C, H * W) -> `shape` (B, H, W, C)."""
+  b, h, w, c = shape
+  return jnp.transpose(planes.reshape(b, c, h, w), (0, 2, 3, 1))
 
 
 def _batch_shape(op: jax.Array, ndim: int) -> jax.Array:
@@ -166,8 +182,9 @@ def _auto_contrast_lut(images, level):
 def _histogram(images: jax.Array) -> jax.Array:
   """(B, H, W, C) uint8 -> (B, C, 256) int32: how many pixels of each channel hold each value."""
   b, _, _, c = images.shape
-  channel = jnp.arange(b * c).reshape(b, 1, 1, c)
-  bins = channel * 256 + images.astype(jnp.int32)
+  # One scatter-add over the batch with flat channel-major indices: channel-last (B, H, W, C)
+  # indices would be padded along a TPU's lanes, and XLA:TPU compiles that scatter slowly.
+  bins = jnp.arange(b * c).reshape(b, c, 1) * 256 + _channel_major(images).astype(jnp.int32)
   return jnp.zeros(b * c * 256, jnp.int32).at[bins.ravel()].add(1).reshape(b, c, 256)
 
 
@@ -248,7 +265,8 @@ def _apply_lut(images: jax.Array, lut) -> jax.Array:
   """out[b, y, x, c] = lut[b, c, images[b, y, x, c]], lut broadcasting to (B, C, 256)."""
   b, _, _, c = images.shape
   lut = jnp.broadcast_to(lut, (b, c, 256))
-  return lut[jnp.arange(b)[:, None, None, None], jnp.arange(c), images.astype(jnp.int32)]
+  planes = jnp.take_along_axis(lut, _channel_major(images).astype(jnp.int32), axis=-1)
+  return _channel_last(planes, images.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,15 +297,18 @@ def _sharpness_degenerate(images, truncate=False):
   to the same integers. Truncated, it is the exact quotient's floor: where the sum is a multiple
   of 13 the host's float convolution (a chain of fused multiply-adds) can fall just below it and
   truncate one lower."""
-  _, h, w, _ = images.shape
-  x = images.astype(jnp.int32)
+  b, h, w, c = images.shape
+  # Each channel as an image (B * C, H, W, 1): shifted windows of (B, H, W, C) would lie along a
+  # TPU's 128 lanes with C = 3 (_channel_major).
+  x = _channel_major(images).reshape(b * c, h, w, 1).astype(jnp.int32)
   padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
   total = 4 * x + sum(padded[:, i:i + h, j:j + w] for i in range(3) for j in range(3))
   smooth = ((total // 13).astype(jnp.float32) if truncate
             else jnp.round(total.astype(jnp.float32) / 13.0))
   rows, cols = np.arange(h)[:, None, None], np.arange(w)[None, :, None]
   interior = (rows > 0) & (rows < h - 1) & (cols > 0) & (cols < w - 1)
-  return jnp.where(interior, smooth, x.astype(jnp.float32))
+  planes = jnp.where(interior, smooth, x.astype(jnp.float32)).reshape(b, c, h * w)
+  return _channel_last(planes, images.shape)
 
 
 DEGENERATES = {'Color': _color_degenerate, 'Contrast': _contrast_degenerate,
@@ -420,8 +441,10 @@ def _warp(images: jax.Array, matrices: jax.Array, hidden=None) -> jax.Array:
     inside &= ~hidden
   row = jnp.where(inside, row, 0).astype(jnp.int32)
   col = jnp.where(inside, col, 0).astype(jnp.int32)
-  sampled = images.reshape(b, h * w, c)[jnp.arange(b)[:, None], (row * w + col).reshape(b, h * w)]
-  return jnp.where(inside[..., None], sampled.reshape(b, h, w, c), jnp.uint8(FILL))
+  source = jnp.broadcast_to((row * w + col).reshape(b, 1, h * w), (b, c, h * w))
+  sampled = _channel_last(jnp.take_along_axis(_channel_major(images), source, axis=-1),
+                          images.shape)
+  return jnp.where(inside[..., None], sampled, jnp.uint8(FILL))
 
 
 # ---------------------------------------------------------------------------------------------

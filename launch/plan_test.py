@@ -17,6 +17,7 @@ import pytest
 from configs import common
 from launch import plan
 from launch import tpu_compiler
+from testing import tpu_compiler as tpu_compiler_check
 from vmoe.train import experiment as experiment_lib
 
 
@@ -140,27 +141,8 @@ def test_the_memory_scheduler_lets_remat_save_memory():
   assert temps['False'] - temps['True'] >= 8 * 2 ** 20, temps
 
 
-def require_tpu_compiler():
-  """Fails under CI (CI is set, as .ci/run does, after `make tpu-compiler` put libtpu in place);
-  elsewhere skips: a user's `make install` leaves libtpu out."""
-  if not tpu_compiler.available():
-    message = tpu_compiler.MISSING
-    if os.environ.get('CI'):
-      pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.mark.parametrize('ci,outcome', [('true', pytest.fail.Exception),   # .ci/run
-                                        ('', pytest.skip.Exception)])      # a user's clone
-def test_a_missing_tpu_compiler_fails_under_ci_and_skips_elsewhere(monkeypatch, ci, outcome):
-  monkeypatch.setattr(tpu_compiler, 'available', lambda: False)
-  monkeypatch.setenv('CI', ci)
-  with pytest.raises(outcome, match='run `make tpu-compiler`'):
-    require_tpu_compiler()
-
-
 def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
-  require_tpu_compiler()
+  tpu_compiler_check.require()
   # SMALL_MODEL's 'mu' with 10 classes, on 32 x 32 images in 8 x 8 patches (17 tokens an image),
   # on a TPU v5e-4 (4 chips, 16 GiB each), compiled by XLA:TPU: 8 images per device, one expert
   # each. XLA:TPU's compile time grows with the batch, the tokens and the classes (4 x 4 patches
@@ -194,7 +176,7 @@ def test_the_tpu_compiler_sizes_a_tpu_slice_without_a_tpu():
 
 
 def test_every_slice_has_as_many_devices_as_its_topology():
-  require_tpu_compiler()
+  tpu_compiler_check.require()
   # plan_row compiles for the first slice_.devices of the topology's: fewer would plan a part of
   # the slice (libtpu's v4-32, 'v4:2x2x4', is 32 TensorCores, not 16 chips).
   counts = run_python('''

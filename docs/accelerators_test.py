@@ -1,0 +1,20 @@
+"""docs/accelerators.md's figures for the tail's memory are bench/results/tail_memory.json's."""
+import json
+import os
+
+DOCS = os.path.dirname(os.path.abspath(__file__))
+RESULT = os.path.join(os.path.dirname(DOCS), 'bench', 'results', 'tail_memory.json')
+
+
+def test_the_memory_row_quotes_the_tails_measured_temporaries():
+  with open(RESULT, encoding='utf-8') as f:
+    rows = json.load(f)['rows']
+  mb = {(r['tail'], r['compiler'].split()[0], r['images']): r['temp_mb_per_image'] for r in rows}
+  with open(os.path.join(DOCS, 'accelerators.md'), encoding='utf-8') as f:
+    page = f.read()
+  assert (f"under XLA:TPU, {mb['rung', 'XLA:TPU', 8]:.2f} MB of temporaries an image at 8 images "
+          f"and {mb['rung', 'XLA:TPU', 64]:.2f} at 64 for the rung's tail "
+          f"({mb['paper', 'XLA:TPU', 8]:.2f} and {mb['paper', 'XLA:TPU', 64]:.2f} for the "
+          "paper's randaug(2, 20)), under the 4 MB an image that "
+          f"`bench/tail_memory_test.py` asserts, and {mb['rung', 'XLA:CPU', 64]:.2f} under "
+          "XLA:CPU") in page
