@@ -76,7 +76,7 @@ from base import published   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32_vmoe   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
-from vmoe.routing import names as router_names   # pylint: disable=wrong-import-position
+from vmoe.routing import declarations   # pylint: disable=wrong-import-position
 from vmoe.model import sharding   # pylint: disable=wrong-import-position
 from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
 from vmoe.train import experiment as experiment_lib   # pylint: disable=wrong-import-position
@@ -214,7 +214,7 @@ def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
   measurements are `cached` in cache_dir."""
   devices = devices[:slice_.devices]
   compiler = f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
-  router = config.moe.router.name if config.moe.router else router_names.DENSE
+  router = config.moe.router.name if config.moe.router else declarations.DENSE
   key = f'{config.model.variant}-{router}-{compiler}-{len(devices)}'
   row = {'arch': config.model.variant, 'router': router, 'slice': slice_.name,
          'compiler': compiler,

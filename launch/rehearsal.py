@@ -65,6 +65,7 @@ import time
 
 from base import atomic
 from base import errors
+from vmoe.model import mesh_config
 from vmoe.run import run_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,7 +183,7 @@ def estimate(scale: Scale, experts: int) -> dict:
   config = importlib.import_module(CONFIG_MODULE).get_config()
   common.override(config, {o.key: o.value for o in overrides(scale, experts, '.')})
   experiment = experiment_lib.parse(config, num_devices=NUM_DEVICES)
-  one_device = sharding.make_mesh(sharding.MeshConfig(data=1, expert=1), jax.devices()[:1])
+  one_device = sharding.make_mesh(mesh_config.MeshConfig(data=1, expert=1), jax.devices()[:1])
   state = train_program.build(experiment, one_device).abstract_state
   expert_shards = experiment.mesh.expert
 

@@ -46,7 +46,8 @@ from typing import Callable, Sequence, TextIO
 
 from base import atomic
 from base import published
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
+from vmoe.routing import user_module
 from vmoe.run import run_outputs
 
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (published.ARCHS,
@@ -77,7 +78,7 @@ class GridRun:
   @property
   def name(self) -> str:
     """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2', 'dense', 'dense_s1'."""
-    cell = self.router if self.router == router_names.DENSE else f'{self.router}_c{self.capacity}'
+    cell = self.router if self.router == declarations.DENSE else f'{self.router}_c{self.capacity}'
     return (cell + ('' if self.softmax_combine else '_nosmc') +
             (f'_s{self.seed}' if self.seed else ''))
 
@@ -102,7 +103,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  others = [r for r in routers or () if r not in (router_names.DENSE,) + published.ROUTERS]
+  others = [r for r in routers or () if r not in (declarations.DENSE,) + published.ROUTERS]
   if others or router_module:
     _check_registered(others, router_module)
   unknown = sorted(set(capacities or ()) - set(published.CAPACITIES))
@@ -111,7 +112,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
                      f'{", ".join(map(str, published.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
-    runs.append(GridRun(arch, router_names.DENSE, None, seed))
+    runs.append(GridRun(arch, declarations.DENSE, None, seed))
     runs += [GridRun(arch, router, c, seed, router_module=router_module)
              for c in published.CAPACITIES for router in published.ROUTERS + tuple(others)]
     if include_ablation:
@@ -123,15 +124,12 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
 
 
 def _check_registered(routers: Sequence[str], router_module: str) -> None:
-  """Routers outside the paper's are looked up in the registry, which loads JAX: only then."""
-  from vmoe.routing import registry   # pylint: disable=g-import-not-at-top
-  from vmoe.routing import (   # pylint: disable=g-import-not-at-top,unused-import
-      router as router_lib)
-  registry.import_router_module(router_module)
-  unknown = sorted(set(routers) - set(registry.ROUTERS))
+  """Routers outside the paper's must be declared (declarations.py, or router_module's own)."""
+  user_module.import_router_module(router_module)
+  unknown = sorted(set(routers) - set(declarations.DECLARED))
   if unknown:
-    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {router_names.DENSE}, '
-                     f'{", ".join(sorted(registry.ROUTERS))} (a router of your own: '
+    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {declarations.DENSE}, '
+                     f'{", ".join(sorted(declarations.DECLARED))} (a router of your own: '
                      '--router-module PATH).')
 
 
@@ -142,9 +140,9 @@ def config_arg(run: GridRun) -> str:
   module is passed as router_module=PATH."""
   module = f',router_module={run.router_module}' if run.router_module else ''
   if run.arch in ARGUMENT_CONFIGS:
-    return (f'configs/{run.arch}.py:router=dense' if run.router == router_names.DENSE else
+    return (f'configs/{run.arch}.py:router=dense' if run.router == declarations.DENSE else
             f'configs/{run.arch}.py:router={run.router},c={run.capacity}{module}')
-  if run.router == router_names.DENSE:
+  if run.router == declarations.DENSE:
     return f'configs/{run.arch}_dense.py'
   if run.router in published.ROUTERS:
     return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
@@ -297,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
-                      help=f'Comma-separated: any of {router_names.DENSE}, the paper\'s '
+                      help=f'Comma-separated: any of {declarations.DENSE}, the paper\'s '
                       f'{",".join(published.ROUTERS)} (the default) and every other registered '
                       'router (vmoe/routing/lab_routers.py, or one of --router-module).')
   parser.add_argument('--router-module', default='', help='A .py file or dotted module that '

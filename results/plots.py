@@ -34,7 +34,7 @@ from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-po
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    names as router_names)
+    declarations)
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star. Other routers get a diamond; the dense baseline is a dashed line (and a point).
@@ -47,7 +47,7 @@ OTHER_MARKERS = ('D', 'v', '<', '>', 'p', 'h', 'X', 'd')
 
 
 def _others(routers) -> list:
-  return sorted(set(routers) - set(COLORS) - {router_names.DENSE})
+  return sorted(set(routers) - set(COLORS) - {declarations.DENSE})
 
 
 def router_colors(routers) -> dict:
@@ -77,7 +77,7 @@ class Point:
   y: float
   x_err: float = 0.0
   y_err: float = 0.0
-  title: str | None = None   # A user's router's recorded title (built-ins: names.py's).
+  title: str | None = None   # A user's router's recorded title (built-ins: their declarations').
   superseded: bool = False   # A row a later fix superseded (results/superseded.py): drawn hollow.
 
 
@@ -104,7 +104,7 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
   fig, axes = plt.subplots(1, len(archs), figsize=(4.2 * len(archs), 3.6), squeeze=False)
   for ax, arch in zip(axes[0], archs):
     for p in (p for p in points if p.arch == arch):
-      if p.router == router_names.DENSE:
+      if p.router == declarations.DENSE:
         draw_dense_reference(ax, p)
         continue
       color = colors[p.router]
@@ -120,14 +120,14 @@ def scatter_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: str
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel(ylabel)
-  routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
+  routers = sorted({p.router for p in points} - {declarations.DENSE}, key=paper.router_order)
   titles = {p.router: p.title for p in points if p.title}
   handles = [plt.Line2D([], [], ls='', marker=markers[r], color=colors[r],
                         label=paper.router_title(r, titles.get(r))) for r in routers]
   if any(p.superseded for p in points):
     handles.append(plt.Line2D([], [], ls='', marker='o', color='gray', markerfacecolor='none',
                               label='hollow: superseded by a later fix'))
-  if any(p.router == router_names.DENSE for p in points):
+  if any(p.router == declarations.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
   handles += [plt.scatter([], [], s=SIZE_PER_CAPACITY * c, marker='o', color='lightgray',

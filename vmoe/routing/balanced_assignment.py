@@ -24,13 +24,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-# The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities: the
-# assignment's total is within E C epsilon (max(a) - min(a)) of the optimum, a bound that random
-# problems beat by orders of magnitude (balanced_assignment_test.py checks 1e-4 of the optimum;
-# fairseq's 1/50 stops further from it). Under epsilon scaling the last tenfold costs few bids,
-# and it keeps small groups close to the optimum, where one larger epsilon is already a
-# sizeable share of the total (bench/auction.py measures both).
-EPSILON = 1e-4
+from vmoe.routing import declarations
+
+# The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities, and
+# its bound on the bids: BASE's options' defaults (declarations.py says why these values).
+EPSILON = declarations.AUCTION_EPSILON
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
 # tenth of it, down to EPSILON (the slots bid, on the problem made square). Near-ties between
 # tokens otherwise cost long wars of epsilon-sized bids. The schedule is chosen for few bids at
@@ -38,11 +36,7 @@ EPSILON = 1e-4
 # (bench/auction.py counts the bids).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
-# A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
-# it filled, leaves the rest empty and says so in AuctionReport.unfilled. Skewed affinities (a
-# trained router's) need the most bids at c = 2; the bound leaves B/32's 800 slots room there
-# (bench/auction.py counts the bids).
-MAX_ITERS = 50_000
+MAX_ITERS = declarations.AUCTION_MAX_ITERS
 
 
 class AuctionReport(NamedTuple):
