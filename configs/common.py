@@ -115,9 +115,9 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
   Token Choice), and its options (its declaration's) at their defaults. Everything else is the
   defaults of moe_config.MoeConfig and router_config.RouterConfig: V-MoE's Every-2, dispatch by
   slot index, experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1%
-  better), C = round(c T / E) with halves to even, and the sparsity solver's steps and start for this c
-  (router_config.sparsity_solver_defaults). router='dense' gives a dense ViT: num_experts=0 and no
-  router block (moe.router None). docs/fidelity.md traces every value.
+  better), C = round(c T / E) with halves to even, and the sparsity solver's steps and start for
+  this c (router_config.sparsity_solver_defaults). router='dense' gives a dense ViT:
+  num_experts=0 and no router block (moe.router None). docs/fidelity.md traces every value.
 
   capacity: c (k for token choice), one of the paper's (base/published.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
@@ -288,13 +288,17 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   # one device. --config.mesh.expert=1 is data-parallel only.
   config.mesh = blocks.config_block(mesh_config.MeshConfig(expert=mesh_config.AUTO))
   if arg.runlocal:
-    # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
-    # on embedded images in place of ImageNet.
-    config.model.variant = f'mu/{patch}'
-    config.model.image_size = 2 * int(patch)
-    embedded_stand_in(config)
-    runlocal(config)
+    paper_runlocal(config, int(patch))
   return config
+
+
+def paper_runlocal(config: mlc.ConfigDict, patch: int) -> mlc.ConfigDict:
+  """A paper config's CPU mode (in place): a 'mu' model of the same patch size on 2x2 patches,
+  one MoE layer (block 1) of its experts, on embedded images in place of ImageNet."""
+  config.model.variant = f'mu/{patch}'
+  config.model.image_size = 2 * patch
+  embedded_stand_in(config)
+  return runlocal(config)
 
 
 def runlocal(config: mlc.ConfigDict) -> mlc.ConfigDict:

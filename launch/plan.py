@@ -332,7 +332,8 @@ def with_rung_section(text: str, section: str) -> str:
   return f'{head}\n\n{section}' if head else section
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+  """The command line of `main`."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', default='docs/scaling.md', help='Markdown file to (re)write.')
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
@@ -350,6 +351,11 @@ def main(argv=None) -> int:
   parser.add_argument('--rung-only', action='store_true',
                       help='Compile the ImageNet-1k rung\'s rows alone (RUNG_SLICES) and rewrite '
                       'only their section of --out, keeping the rest of the file as it is.')
+  return parser
+
+
+def main(argv=None) -> int:
+  parser = _parser()
   args = parser.parse_args(argv)
   tpu = not args.no_tpu_compiler
   if tpu and not tpu_compiler.available():
