@@ -87,11 +87,11 @@ def pytest_configure(config):
   _STDERR.append(os.dup(2))
   module = config.getoption('router_module')
   if module:
-    # After XLA_FLAGS above; router.py registers the built-in routers first.
+    # After XLA_FLAGS above; the registry holds the built-in routers first.
     from vmoe.routing import registry   # pylint: disable=import-outside-toplevel
-    from vmoe.routing import router     # pylint: disable=import-outside-toplevel,unused-import
+    from vmoe.routing import user_module   # pylint: disable=import-outside-toplevel
     try:
-      registry.import_router_module(module)
+      user_module.import_router_module(module)
     except ValueError as e:
       raise pytest.UsageError(str(e)) from None
     config.user_routers = sorted(set(registry.ROUTERS) - registry.BUILT_IN)
@@ -101,19 +101,20 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _registry_keeps_its_built_in_routers(request):
-  """After each test, the router registry holds the built-in routers (and --router-module's)
-  alone: a test that registers a router of its own (docs/example_router.py's ema_tc) leaves no
-  trace for the tests that list the registered routers later in the same worker. The registry
-  is not imported here: a test that never loaded it has nothing to clean."""
+  """After each test, the router declarations and registry hold the built-in routers (and
+  --router-module's) alone: a test that declares a router of its own (docs/example_router.py's
+  ema_tc) leaves no trace for the tests that list the routers later in the same worker. Neither
+  is imported here: a test that never loaded them has nothing to clean."""
   yield
-  registry = sys.modules.get('vmoe.routing.registry')
-  if registry is None:
-    return
-  keep = registry.BUILT_IN | set(getattr(request.config, 'user_routers', ()))
-  for name in set(registry.ROUTERS) - keep:
-    del registry.ROUTERS[name]
-  if not getattr(request.config, 'user_routers', None):
-    for module in [m for m in sys.modules if m.startswith(registry.USER_MODULE_PREFIX)]:
+  keep = set(getattr(request.config, 'user_routers', ()))
+  for table in (('vmoe.routing.declarations', 'DECLARED'), ('vmoe.routing.registry', 'ROUTERS')):
+    module = sys.modules.get(table[0])
+    routers = getattr(module, table[1], {})
+    for name in set(routers) - keep - set(getattr(module, 'BUILT_IN', ())):
+      del routers[name]
+  loader = sys.modules.get('vmoe.routing.user_module')
+  if loader is not None and not keep:
+    for module in [m for m in sys.modules if m.startswith(loader.USER_MODULE_PREFIX)]:
       del sys.modules[module]
 
 

@@ -111,7 +111,7 @@ def test_unknown_router(runs):
   assert_user_error(runs['unknown_router'], "Error: unknown router 'foo'; valid routers: "
                     'base, lossfree_tc, random_tc, sigmoid_tc, sinkhorn_ec, sinkhorn_tc, soft_moe, '
                     'softmax_ec, softmax_tc, sparsity_ec, sparsity_tc, topp_tc (a router of your '
-                    'own: register it in a module and pass router_module=PATH, docs/routers.md). '
+                    'own: declare it in a module and pass router_module=PATH, docs/routers.md). '
                     "(Or 'dense': the ViT without MoE layers.)")
   assert not os.path.exists(runs['unknown_router']['workdir'])    # Failed before training.
 

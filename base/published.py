@@ -3,7 +3,7 @@ in Vision Mixture of Experts" (TMLR 2024), and the ImageNet-1k rung's published 
 
 Below everything that reads them (configs/ build the paper's cells from ARCHS and CAPACITIES,
 results/ sets runs beside them), so it imports nothing of the project. Routers are the registry's
-names (vmoe/routing/names.py takes its PAPER_ROUTERS from ROUTERS here).
+names (vmoe/routing/declarations.py takes its PAPER_ROUTERS from ROUTERS here).
 
 Units as printed: precision@1 and 10-shot accuracy in percent, training cost in TPUv3-days.
 Rows are in the tables' order (routers as in `ROUTERS`, the c = 1 block then the c = 2 block);

@@ -32,12 +32,14 @@ from bench import step
 from bench import timing
 from configs import common
 from vmoe.model import moe
-from vmoe.routing import allocation
+from vmoe.model import moe_config
+from vmoe.routing import capacity as capacity_lib
 from vmoe.routing import balanced_assignment
 from vmoe.routing import lab_routers
-from vmoe.routing import names as router_names
-from vmoe.routing import registry
+from vmoe.routing import declarations
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config as router_config_lib
+from vmoe.routing import user_module
 from vmoe.train import flops
 
 BASELINES = ('round_robin', 'dense_mlp', 'soft_moe_experts')
@@ -70,7 +72,7 @@ def round_robin(num_groups: int, num_tokens: int, num_experts: int,
                 capacity_factor: float = 1.0) -> router_lib.SparseRouting:
   """Token t to expert t mod E, slot t div E, weight 1, in buffers of C = round(c T / E) slots
   (tokens past E C dropped, slots past T empty)."""
-  capacity = allocation.compute_capacity(num_tokens, num_experts, capacity_factor)
+  capacity = capacity_lib.compute_capacity(num_tokens, num_experts, capacity_factor)
   slot_token = jnp.arange(num_experts * capacity, dtype=jnp.int32).reshape(capacity, num_experts).T
   slot_token = jnp.where(slot_token < num_tokens, slot_token, num_tokens)    # (E, C): c E + e.
   slot_token = jnp.broadcast_to(slot_token, (num_groups,) + slot_token.shape)
@@ -124,11 +126,11 @@ class SoftMoeExperts(nn.Module):
 
 
 def router_config(name: str, capacity: float, experts: int,
-                  router_module: str = '') -> router_lib.RouterConfig:
+                  router_module: str = '') -> router_config_lib.RouterConfig:
   """The configs' preset of router `name` at this capacity (noise, balance losses, solver);
   router_module registers a router of the user's own (docs/routers.md)."""
   preset = common.moe_config(name, capacity, experts, IMAGES_PER_GROUP, router_module)
-  return router_lib.RouterConfig(**preset.router.to_dict())
+  return router_config_lib.RouterConfig(**preset.router.to_dict())
 
 
 def expert_tokens(args) -> int:
@@ -137,11 +139,11 @@ def expert_tokens(args) -> int:
   if args.router == 'dense_mlp':
     return args.groups * args.group_size
   if args.router == 'round_robin':
-    return args.groups * args.experts * allocation.compute_capacity(
+    return args.groups * args.experts * capacity_lib.compute_capacity(
         args.group_size, args.experts, args.capacity)
   config = router_config(step.SOFT_MOE if args.router == 'soft_moe_experts' else args.router,
                          args.capacity, args.experts, args.router_module)
-  images = moe.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
+  images = moe_config.images_per_routing_group(config, IMAGES_PER_GROUP)    # Soft MoE: 1.
   tokens = args.group_size // IMAGES_PER_GROUP * images
   return args.groups * IMAGES_PER_GROUP // images * args.experts * config.capacity(
       tokens, args.experts)
@@ -163,8 +165,8 @@ def layer(args) -> nn.Module:
   dtype = moe.buffer_dtype(jnp.float32, args.dispatch_dtype)
   if shards > 1:
     return sharded_layer(router_lib.Router(config, args.experts),
-                         moe.images_per_routing_group(config, IMAGES_PER_GROUP), args.experts,
-                         mlp_dim, shards, dtype)
+                         moe_config.images_per_routing_group(config, IMAGES_PER_GROUP),
+                         args.experts, mlp_dim, shards, dtype)
   return moe.moe_mlp(args.experts, mlp_dim, config, group_size=IMAGES_PER_GROUP,
                      dispatch_dtype=dtype)
 
@@ -221,7 +223,7 @@ def auction_report(args, row: CompiledRow) -> dict:
   if args.router in BASELINES:
     return {}
   config = router_config(args.router, args.capacity, args.experts, args.router_module)
-  if config.spec.allocation.kind != router_names.BALANCED_ASSIGNMENT:
+  if declarations.get(config.name).allocation != declarations.BALANCED_ASSIGNMENT:
     return {}
   groups = row.x.reshape(args.groups, args.group_size, args.dim)
   logits = jnp.einsum('gsd,de->gse', groups, row.params['router']['kernel'])
@@ -326,7 +328,7 @@ def parse_args(argv):
   args = parser.parse_args(argv)
   args.routers = [r for r in args.routers.split(',') if r]
   try:
-    registry.import_router_module(args.router_module)
+    user_module.import_router_module(args.router_module)
   except ValueError as e:
     parser.error(f'--router-module: {e}')
   if not set(args.routers) <= set(router_lib.ROUTERS):

@@ -9,6 +9,7 @@ import pytest
 
 from bench import moe_layer
 from vmoe.model import moe
+from vmoe.model import moe_config
 from vmoe.routing import router as router_lib
 
 TINY = ['--groups', '2', '--group-sizes', '16', '--capacities', '1', '--dim', '8', '--experts',
@@ -191,8 +192,8 @@ def test_sharded_layer_on_one_shard_is_the_librarys(name, dispatch_dtype):
   x = jax.random.normal(jax.random.PRNGKey(0), (16, 6, 8))      # 2 groups of 8 images.
   library = moe.moe_mlp(4, 16, config, group_size=8, dispatch_dtype=dispatch_dtype)
   sharded = moe_layer.sharded_layer(router_lib.Router(config, 4),
-                                     moe.images_per_routing_group(config, 8), 4, 16, shards=1,
-                                     dispatch_dtype=dispatch_dtype)
+                                     moe_config.images_per_routing_group(config, 8), 4, 16,
+                                     shards=1, dispatch_dtype=dispatch_dtype)
   rngs = {'gating': jax.random.PRNGKey(2)}
 
   @jax.jit   # The init and both layers in one program: one compilation, not one per operation.

@@ -32,10 +32,10 @@ from bench import step
 from bench import timing
 from configs import common
 from configs import ilsvrc_s32
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 ARCHS = published.ARCHS + (published.RUNG_ARCH,)
-ROUTERS = (router_names.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
+ROUTERS = (declarations.DENSE, 'softmax_tc', 'sinkhorn_ec', 'sparsity_ec', step.SOFT_MOE)
 DTYPES = ('float32', 'bfloat16')
 TARGETS = {'sparse': ('vs_dense', 1.15), step.SOFT_MOE: ('vs_flops_scaled_dense', 1.1)}
 CPU_PER_DEVICE_BATCH, CPU_NUM_EXPERTS = 8, 4
@@ -68,7 +68,7 @@ def paper_config(arch: str, router: str, dtype: str, per_device_batch: int | Non
   return common.override(config, {
       'batch_size': per_device_batch * jax.device_count(), 'model.dtype': dtype,
       'model.remat': remat, 'data.augment_on': augment_on,
-      **({} if router == router_names.DENSE else {'moe.num_experts': num_experts}),
+      **({} if router == declarations.DENSE else {'moe.num_experts': num_experts}),
       **(overrides or {})})
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from bench import timing
 from vmoe.routing import affinity
-from vmoe.routing import allocation
+from vmoe.routing import capacity as capacity_lib
 
 # (groups, tokens per group, experts): the tiny config's 16-image groups (of 17 tokens) with
 # E = 8, and B/32's 8-image groups (of 50 tokens) with E = 32.
@@ -43,7 +43,7 @@ def measure(source: str, logits: jax.Array, capacity_factor: float, start: str, 
             args) -> dict:
   """One row: the router's solver from `start` with `steps` steps on every group of `logits`."""
   num_groups, num_tokens, num_experts = logits.shape
-  capacity = allocation.compute_capacity(num_tokens, num_experts, capacity_factor)
+  capacity = capacity_lib.compute_capacity(num_tokens, num_experts, capacity_factor)
   scores = jax.nn.softmax(logits, axis=-1)
   warm_start_iters = args.warm_start if start == 'entropic' else 0
   solve = jax.jit(jax.vmap(lambda s: affinity.sparsity_constrained(

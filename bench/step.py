@@ -17,7 +17,7 @@ from bench import peaks
 from bench import timing
 from configs import common
 from vmoe.model import sharding
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 from vmoe.train import experiment as experiment_lib
 from vmoe.train import flops
 from vmoe.train import train_program
@@ -43,7 +43,7 @@ class Stepper:
     router, memory = e.moe.router, self.compiled.memory_analysis()
     per_device_batch = e.batch_size // jax.device_count()
     self.fields = {
-        'arch': e.model.variant, 'router': router.name if router else router_names.DENSE,
+        'arch': e.model.variant, 'router': router.name if router else declarations.DENSE,
         'capacity': router.capacity_factor if router else None,
         'softmax_combine': router.softmax_combine if router else True, 'dtype': e.model.dtype,
         'dispatch_dtype': e.moe.dispatch_dtype if router else None,
@@ -140,11 +140,11 @@ def add_ratios(rows: list[dict], targets: dict) -> list[dict]:
   (when there is one) and, at c = 1 with softmax combine, its target: targets[SOFT_MOE] for Soft
   MoE, targets['sparse'] for the others, each a (ratio's name, bound)."""
   key = lambda r: (r['arch'], r['dtype'], r['per_device_batch'], r.get('augment_on'))
-  dense = {key(r): r for r in rows if r['router'] == router_names.DENSE}
+  dense = {key(r): r for r in rows if r['router'] == declarations.DENSE}
   out = []
   for r in rows:
     base = dense.get(key(r))
-    if r['router'] == router_names.DENSE or base is None:
+    if r['router'] == declarations.DENSE or base is None:
       out.append(r)
       continue
     extra = {'vs_dense': round(r['step_ms'] / base['step_ms'], 3),

@@ -23,7 +23,7 @@ from bench import timing
 from configs import tiny
 from launch import sweep
 from vmoe.routing import lab_routers
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 from vmoe.routing import router as router_lib
 
 ABLATION_ROUTER = sweep.ABLATION_ROUTER    # The sweep's softmax-combine ablation.
@@ -42,7 +42,7 @@ def tiny_config(router: str, capacity: float, softmax_combine: bool = True):
 
 def run_grid(args) -> dict:
   """Dense, every router at every capacity and the ablation, timed in one process."""
-  models = [(router_names.DENSE, 1.0)] + [(r, c) for c in args.capacities for r in args.routers]
+  models = [(declarations.DENSE, 1.0)] + [(r, c) for c in args.capacities for r in args.routers]
   models += [(ABLATION_ROUTER, c, False) for c in args.capacities if args.ablation]
   steppers = [step.Stepper(tiny_config(*model)) for model in models]
   rows = step.add_ratios(step.measure(steppers, args.rounds, args.steps, args.warmup), TARGETS)

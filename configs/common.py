@@ -21,19 +21,20 @@ import ml_collections as mlc
 
 from base import errors
 from base import published
+from configs import blocks
 from data import config as data_config
 from data import imagenet21k_splits
-from evaluation import classify
+from evaluation import eval_config
 from evaluation import fewshot
-from vmoe.model import moe as moe_lib
-from vmoe.model import sharding
-from vmoe.model import vit
-from vmoe.routing import names as router_names
-from vmoe.routing import registry
-from vmoe.routing import router as router_lib
-from vmoe.run import checkpointing
-from vmoe.train import experiment as experiment_lib
-from vmoe.train import optim
+from vmoe.model import mesh_config
+from vmoe.model import moe_config as moe_config_lib
+from vmoe.model import vit_config
+from vmoe.routing import declarations
+from vmoe.routing import router_config
+from vmoe.routing import user_module
+from vmoe.run import checkpoint_config
+from vmoe.run import wandb_config
+from vmoe.train import optim_config
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
 # single 'full' split for validation and trains on the rest (data/imagenet21k_splits.py). The data
@@ -108,46 +109,46 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
                router_module: str = '') -> mlc.ConfigDict:
   """`config.moe`: MoE every other block, `num_experts` experts, routing groups of images.
 
-  Router presets are the router's own (RouterSpec.presets in vmoe/routing/router.py for the
+  Router presets are the router's own (its declaration's, vmoe/routing/declarations.py; for the
   paper's: router noise 1/E for the softmax and Sinkhorn routers, V-MoE's importance and load
   losses of weight 0.005 each for Softmax Token Choice only, the clean-logit combine of Sinkhorn
-  Token Choice), and its options (RouterSpec.options) at their defaults. Everything else is the
-  defaults of moe.MoeConfig and router.RouterConfig: V-MoE's Every-2, dispatch by slot index,
-  experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1% better),
-  C = round(c T / E) with halves to even, and the sparsity solver's steps and start for this c
-  (router.sparsity_solver_defaults). router='dense' gives a dense ViT: num_experts=0 and no
-  router block (moe.router None). docs/fidelity.md traces every value.
+  Token Choice), and its options (its declaration's) at their defaults. Everything else is the
+  defaults of moe_config.MoeConfig and router_config.RouterConfig: V-MoE's Every-2, dispatch by
+  slot index, experts from one shared initialisation, softmax combine (Sec. 3.2 and 4.4: about 1%
+  better), C = round(c T / E) with halves to even, and the sparsity solver's steps and start for
+  this c (router_config.sparsity_solver_defaults). router='dense' gives a dense ViT:
+  num_experts=0 and no router block (moe.router None). docs/fidelity.md traces every value.
 
   capacity: c (k for token choice), one of the paper's (base/published.py CAPACITIES); the library
   takes any c > 0 and integer k <= E, which --config.moe.router.capacity_factor sets.
   router_module: the module that registers a router of the user's own (docs/routers.md).
   """
-  if router != router_names.DENSE and capacity not in published.CAPACITIES:
+  if router != declarations.DENSE and capacity not in published.CAPACITIES:
     raise errors.UserError(f'capacity factor c={capacity:g} is not one of the paper\'s '
                            f'{published.CAPACITIES}; use the config argument c=1 or c=2, or '
                            f'--config.moe.router.capacity_factor={capacity:g} for a capacity '
                            'outside the paper\'s grid.')
-  if router == router_names.DENSE:   # The ViT without MoE layers: no router, no router block.
-    config = experiment_lib.config_block(moe_lib.MoeConfig(num_experts=0, group_size=group_size,
+  if router == declarations.DENSE:   # The ViT without MoE layers: no router, no router block.
+    config = blocks.config_block(moe_config_lib.MoeConfig(num_experts=0, group_size=group_size,
                                                            router=None))
     config.router = None
     return config
   try:
-    registry.import_router_module(router_module)
-    spec = registry.get(router)
+    user_module.import_router_module(router_module)
+    declared = declarations.get(router)
   except ValueError as e:
     # A config argument (router=NAME) is the user's: a UserError, as parse_arg's.
     raise errors.UserError(
-        f'{e} (Or {router_names.DENSE!r}: the ViT without MoE layers.)') from None
+        f'{e} (Or {declarations.DENSE!r}: the ViT without MoE layers.)') from None
   # Blocks built unchecked: parse builds (and checks) the MoeConfig and its RouterConfig once.
   # Fields that RouterConfig resolves (the solver's steps for this c, the combine's noise) stay
   # placeholders until then.
-  router_block = experiment_lib.config_block(
-      router_lib.RouterConfig, name=router,
+  router_block = blocks.config_block(
+      router_config.RouterConfig, name=router,
       capacity_factor=float(capacity),    # c (k for token choice): C = round(c T / E).
-      module=router_module, options=dict(spec.options), **spec.presets)
-  return experiment_lib.config_block(
-      moe_lib.MoeConfig, num_experts=num_experts,
+      module=router_module, options=dict(declared.options), **declared.presets)
+  return blocks.config_block(
+      moe_config_lib.MoeConfig, num_experts=num_experts,
       group_size=group_size,              # Images per routing group (T = group_size x N).
       router=router_block)
 
@@ -155,8 +156,9 @@ def moe_config(router: str, capacity: float, num_experts: int, group_size: int,
 def model_config(variant: str, num_classes: int, image_size: int, channels: int,
                  head_bias_init: float) -> mlc.ConfigDict:
   """`config.model`: a ViT variant ('B/32') with V-MoE's head, pooling and (no) dropout (the
-  defaults of vit.ModelConfig: V-MoE's classifier='token', dropout 0, no pre-logits layer)."""
-  return experiment_lib.config_block(vit.ModelConfig(variant, num_classes, image_size, channels,
+  defaults of vit_config.ModelConfig: V-MoE's classifier='token', dropout 0, no pre-logits
+  layer)."""
+  return blocks.config_block(vit_config.ModelConfig(variant, num_classes, image_size, channels,
                                                      head_bias_init))
 
 
@@ -166,12 +168,12 @@ def fewshot_config(datasets: dict, pp: str, batch_size: int, every_steps: int) -
 
   datasets: name -> (split to draw the shots from, split to evaluate on).
   """
-  return experiment_lib.config_block(fewshot.FewShotConfig(datasets, pp, batch_size, every_steps))
+  return blocks.config_block(fewshot.FewShotConfig(datasets, pp, batch_size, every_steps))
 
 
 def data_block(**values) -> mlc.ConfigDict:
   """`config.data`: data.config.DataConfig of `values` (the other keys at its defaults)."""
-  return experiment_lib.config_block(data_config.DataConfig(**values))
+  return blocks.config_block(data_config.DataConfig(**values))
 
 
 def labels_pp(num_classes: int) -> str:
@@ -261,16 +263,16 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   # V-MoE i21k: dispatcher.bfloat16 = True (its Bfloat16Dispatcher; the Soft MoE router always
   # wraps it): tokens enter the dispatch in bfloat16 and the combine weights and sums stay
   # float32 (Soft MoE's float32 dispatch weights make its buffers float32; vmoe/model/moe.py). Full
-  # bfloat16 compute is --config.model.dtype=bfloat16 (vit.ModelConfig).
+  # bfloat16 compute is --config.model.dtype=bfloat16 (vit_config.ModelConfig).
   config.moe.dispatch_dtype = 'bfloat16'
   config.data = _imagenet21k_data(image_size)
   # V-MoE: Adam (0.9, 0.999), weight_decay = [('.*/kernel', 0.1)] decoupled, gradient_clip 1.0
-  # (optim.OptimizerConfig's defaults but the decay).
-  config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=0.1))
+  # (optim_config.OptimizerConfig's defaults but the decay).
+  config.optimizer = blocks.config_block(optim_config.OptimizerConfig(weight_decay=0.1))
   # V-MoE: linear warmup 10k steps, then linear decay to 1e-5 (ScheduleConfig's end_lr).
-  config.schedule = experiment_lib.config_block(
-      optim.ScheduleConfig(peak_lr=PEAK_LR[size], warmup_steps=10_000))
-  config.eval = experiment_lib.config_block(classify.EvalConfig(every_steps=1_000,
+  config.schedule = blocks.config_block(
+      optim_config.ScheduleConfig(peak_lr=PEAK_LR[size], warmup_steps=10_000))
+  config.eval = blocks.config_block(eval_config.EvalConfig(every_steps=1_000,
                                                                 batch_size=4096))
   # ImageNet-1k 10-shot, the paper's downstream task; V-MoE draws ImageNet's shots from
   # imagenet2012_subset/10pct (a 10% subset of train) and evaluates every 25k steps.
@@ -279,21 +281,25 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
                                   every_steps=25_000)
   # V-MoE save_checkpoint: every 1000 steps, keep 1, in the background. keep = 2 here, so that a
   # corrupt newest checkpoint leaves one to resume from (vmoe/run/checkpointing.py; fidelity doc).
-  config.checkpoint = experiment_lib.config_block(
-      checkpointing.CheckpointConfig(every_steps=1_000, keep=2))
-  config.wandb = experiment_lib.config_block(experiment_lib.WandbConfig(project='vmoe-routers'))
+  config.checkpoint = blocks.config_block(
+      checkpoint_config.CheckpointConfig(every_steps=1_000, keep=2))
+  config.wandb = blocks.config_block(wandb_config.WandbConfig(project='vmoe-routers'))
   # V-MoE: num_expert_partitions = num_experts, capped at the devices (get_auto_logical_mesh):
-  # mesh.expert = -1 is gcd(devices, E) devices along 'expert' (sharding.MeshConfig); 1 x 1 on one
-  # device. --config.mesh.expert=1 is data-parallel only.
-  config.mesh = experiment_lib.config_block(sharding.MeshConfig(expert=sharding.AUTO))
+  # mesh.expert = -1 is gcd(devices, E) devices along 'expert' (mesh_config.MeshConfig); 1 x 1 on
+  # one device. --config.mesh.expert=1 is data-parallel only.
+  config.mesh = blocks.config_block(mesh_config.MeshConfig(expert=mesh_config.AUTO))
   if arg.runlocal:
-    # A 'mu' model of the same patch size on 2x2 patches: one MoE layer (block 1) of 32 experts,
-    # on embedded images in place of ImageNet.
-    config.model.variant = f'mu/{patch}'
-    config.model.image_size = 2 * int(patch)
-    embedded_stand_in(config)
-    runlocal(config)
+    paper_runlocal(config, int(patch))
   return config
+
+
+def paper_runlocal(config: mlc.ConfigDict, patch: int) -> mlc.ConfigDict:
+  """A paper config's CPU mode (in place): a 'mu' model of the same patch size on 2x2 patches,
+  one MoE layer (block 1) of its experts, on embedded images in place of ImageNet."""
+  config.model.variant = f'mu/{patch}'
+  config.model.image_size = 2 * patch
+  embedded_stand_in(config)
+  return runlocal(config)
 
 
 def runlocal(config: mlc.ConfigDict) -> mlc.ConfigDict:

@@ -20,7 +20,8 @@ from data import imagenet21k_splits
 from results import paper
 from testing import runs
 from vmoe.model import vit
-from vmoe.routing import names as router_names
+from vmoe.model import vit_config
+from vmoe.routing import declarations
 from vmoe.routing import router as router_lib
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
@@ -29,7 +30,7 @@ CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 PAPER_FILES = [f'{arch}_{router}' for arch in ('b32', 'b16', 'l16')
                for router in router_lib.PAPER_ROUTERS]
 DENSE_FILES = [f'{arch}_dense' for arch in ('b32', 'b16', 'l16')]   # The baselines.
-LIBRARY_FILES = {'__init__', 'common'}
+LIBRARY_FILES = {'__init__', 'common', 'blocks'}
 
 
 def load(name: str, arg: str | None = None) -> mlc.ConfigDict:
@@ -82,7 +83,7 @@ def test_dense_baseline_is_the_router_configs_model_without_moe_layers(name):
   differences = {k for k in config.to_dict() if config.to_dict()[k] != routed[k]}
   assert differences == {'moe'}     # Same recipe, data, model, evaluation and mesh.
   assert config.moe.num_experts == 0 and config.moe.router is None     # No router block.
-  assert parse(config).router_name == router_names.DENSE
+  assert parse(config).router_name == declarations.DENSE
   params = build_abstract(config)
   assert not any(isinstance(v, dict) and 'moe' in v for v in params.values())
 
@@ -120,7 +121,7 @@ def test_paper_config_validates_and_builds(name):
   assert config.config_arg == 'c=1,runlocal=False'
   params = build_abstract(config)
   moe_blocks = [k for k, v in params.items() if isinstance(v, dict) and 'moe' in v]
-  assert moe_blocks == [vit.block_name(i) for i in range(1, len(moe_blocks) * 2, 2)]
+  assert moe_blocks == [vit_config.block_name(i) for i in range(1, len(moe_blocks) * 2, 2)]
   assert params['block_01']['moe']['experts']['wi'].shape[0] == 32        # E = 32.
 
   # c=2 changes the capacity, the sparsity solver's start (0 instead of the entropic warm start,
@@ -226,14 +227,14 @@ def test_router_presets_follow_the_reference(name):
 
 
 @pytest.mark.per_router('router')
-@pytest.mark.parametrize('router', sorted(router_lib.ROUTERS) + [router_names.DENSE])
+@pytest.mark.parametrize('router', sorted(router_lib.ROUTERS) + [declarations.DENSE])
 def test_tiny_config_validates_and_builds(router):
   for c in (1, 2):
     config = load('tiny', f'router={router},c={c}')
     parse(config)
     assert config.config_arg == f'router={router},c={c},runlocal=False'
     params = build_abstract(config)
-    assert ('moe' in params['block_01']) == (router != router_names.DENSE)
+    assert ('moe' in params['block_01']) == (router != declarations.DENSE)
     assert 'mlp' in params['block_00'] and 'mlp' in params['block_02']
   local = load('tiny', f'router={router},runlocal=True')
   parse(local)

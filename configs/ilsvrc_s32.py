@@ -24,12 +24,13 @@ import math
 
 import ml_collections as mlc
 
+from configs import blocks
 from configs import common
-from evaluation import classify
-from vmoe.model import sharding
-from vmoe.run import checkpointing
-from vmoe.train import experiment as experiment_lib
-from vmoe.train import optim
+from evaluation import eval_config
+from vmoe.model import mesh_config
+from vmoe.run import checkpoint_config
+from vmoe.run import wandb_config
+from vmoe.train import optim_config
 
 NUM_CLASSES = 1_000
 # ILSVRC2012 'train' has 1,281,167 images; TFDS rounds a percent boundary to the closest record:
@@ -64,7 +65,7 @@ def rung_config(router: str, c: float, runlocal: bool = False,
                                      head_bias_init=-math.log(NUM_CLASSES))
   config.model.representation_size = 512   # V-MoE: representation_size = hidden_size.
   config.moe = common.moe_config(router, c, NUM_EXPERTS, GROUP_SIZE, router_module)
-  config.moe.last = 2                   # 'Last 2': blocks 5 and 7 (vit.moe_layer_indices).
+  config.moe.last = 2                   # 'Last 2': blocks 5 and 7 (vit_config.moe_layer_indices).
   config.moe.dropout_rate = 0.2         # V-MoE: encoder.moe.dropout_rate (the experts' only).
   config.moe.dispatch_dtype = 'bfloat16'   # V-MoE: dispatcher.bfloat16 = True.
   labels = common.labels_pp(NUM_CLASSES)
@@ -77,11 +78,11 @@ def rung_config(router: str, c: float, runlocal: bool = False,
       shuffle_buffer=50_000,            # V-MoE: dataset.train.shuffle_buffer.
       cache=False, train_images=TRAIN_IMAGES,
       augment_on='device')              # The pp's tail on the accelerator (docs/data.md).
-  config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=0.1))
-  config.schedule = experiment_lib.config_block(optim.ScheduleConfig(peak_lr=3e-3,
+  config.optimizer = blocks.config_block(optim_config.OptimizerConfig(weight_decay=0.1))
+  config.schedule = blocks.config_block(optim_config.ScheduleConfig(peak_lr=3e-3,
                                                                      warmup_steps=10_000))
   real_labels = 'multi_hot(1000, key="real_label", key_result="labels")|keep("image", "labels")'
-  config.eval = experiment_lib.config_block(classify.EvalConfig(
+  config.eval = blocks.config_block(eval_config.EvalConfig(
       every_steps=1_000, batch_size=BATCH_SIZE, sets={
           'test': ('imagenet2012', TEST_SPLIT, eval_pp(labels)),
           'imagenet_v2': ('imagenet_v2', 'test', eval_pp(labels)),
@@ -89,10 +90,10 @@ def rung_config(router: str, c: float, runlocal: bool = False,
   # V-MoE's ImageNet-1k cell evaluates no few-shot transfer.
   config.fewshot = common.fewshot_config({}, common.imagenet_fewshot_pp(IMAGE_SIZE),
                                          batch_size=BATCH_SIZE, every_steps=1_000)
-  config.checkpoint = experiment_lib.config_block(
-      checkpointing.CheckpointConfig(every_steps=1_000, keep=2))
-  config.wandb = experiment_lib.config_block(experiment_lib.WandbConfig(project='vmoe-routers'))
-  config.mesh = experiment_lib.config_block(sharding.MeshConfig(expert=sharding.AUTO))
+  config.checkpoint = blocks.config_block(
+      checkpoint_config.CheckpointConfig(every_steps=1_000, keep=2))
+  config.wandb = blocks.config_block(wandb_config.WandbConfig(project='vmoe-routers'))
+  config.mesh = blocks.config_block(mesh_config.MeshConfig(expert=mesh_config.AUTO))
   if runlocal:
     # A 'mu/32' model (2 blocks: Last-1 keeps block 1) on embedded 64 px images; the test set is
     # other Fashion-MNIST test images, so that eval.sets runs too.

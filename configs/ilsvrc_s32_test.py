@@ -16,7 +16,7 @@ from configs import ilsvrc_s32_vmoe
 from data import sources
 from testing import runs
 from vmoe.model import vit
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 from vmoe.routing import router as router_lib
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
@@ -43,7 +43,7 @@ def moe_blocks(params) -> list[str]:
   return [k for k, v in params.items() if isinstance(v, dict) and 'moe' in v]
 
 
-@pytest.mark.parametrize('router,c', GRID + [(router_names.DENSE, 1)]
+@pytest.mark.parametrize('router,c', GRID + [(declarations.DENSE, 1)]
                          + [(name, 1) for name in LAB_ROUTERS])
 def test_every_rung_config_validates_and_builds(router, c):
   config = ilsvrc_s32.get_config(f'router={router},c={c}')
@@ -51,14 +51,14 @@ def test_every_rung_config_validates_and_builds(router, c):
   assert (parsed.router_name == router
           and config.config_arg == f'router={router},c={c},runlocal=False')
   params = build_abstract(parsed)
-  assert moe_blocks(params) == ([] if router == router_names.DENSE else ['block_05', 'block_07'])
+  assert moe_blocks(params) == ([] if router == declarations.DENSE else ['block_05', 'block_07'])
   # The same backbone and schedule for every router: only the moe block differs.
   cell = ilsvrc_s32_vmoe.get_config().to_dict()
   assert {k for k, v in config.to_dict().items() if cell[k] != v} <= {'moe', 'config_arg'}
   local = experiment_lib.parse(ilsvrc_s32.get_config(f'router={router},c={c},runlocal=True'),
                                num_devices=1)
   assert local.model.variant == 'mu/32' and local.num_train_steps == 2
-  assert moe_blocks(build_abstract(local)) == ([] if router == router_names.DENSE else
+  assert moe_blocks(build_abstract(local)) == ([] if router == declarations.DENSE else
                                                ['block_01'])
 
 

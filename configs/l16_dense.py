@@ -10,9 +10,9 @@ CPU mode (a 'mu' model, 2 steps):
   python main.py --config=configs/l16_dense.py:runlocal=True --workdir=/tmp/l16_dense
 """
 from configs import common
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 
 def get_config(arg=None):
   """arg: runlocal=True for CPU (c is accepted and ignored: a dense model routes nothing)."""
-  return common.get_paper_config('L/16', router_names.DENSE, arg)
+  return common.get_paper_config('L/16', declarations.DENSE, arg)

@@ -1,5 +1,5 @@
 """Any registered router in one of the paper's cells: the B/32, B/16 or L/16 recipe of its
-configs/<arch>_<router>.py files, with the router's own presets (RouterSpec.presets).
+configs/<arch>_<router>.py files, with the router's own presets (its declaration's presets).
 
 The paper's six routers have files of their own (configs/b32_sinkhorn_ec.py, ...), which record
 the paper's numbers; this file serves the routers published since (vmoe/routing/lab_routers.py)

@@ -29,12 +29,13 @@ Few-shot: 10-shot linear transfer to scikit-learn digits and to Fashion-MNIST (t
 """
 import ml_collections as mlc
 
+from configs import blocks
 from configs import common
-from evaluation import classify
-from vmoe.model import sharding
-from vmoe.run import checkpointing
-from vmoe.train import experiment as experiment_lib
-from vmoe.train import optim
+from evaluation import eval_config
+from vmoe.model import mesh_config
+from vmoe.run import checkpoint_config
+from vmoe.run import wandb_config
+from vmoe.train import optim_config
 
 NUM_TRAIN_STEPS = 3000      # The pilot's regime long3000 (results/tiny/pilot.md).
 EVAL_EVERY_STEPS = 1000
@@ -72,10 +73,10 @@ def get_config(arg=None):
       num_classes=10,
       shuffle_buffer=60_000,            # The whole training set: a full shuffle.
       cache=True)                       # 47 MB of uint8 images.
-  config.optimizer = experiment_lib.config_block(optim.OptimizerConfig(weight_decay=1e-4))
-  config.schedule = experiment_lib.config_block(optim.ScheduleConfig(peak_lr=PEAK_LR,
+  config.optimizer = blocks.config_block(optim_config.OptimizerConfig(weight_decay=1e-4))
+  config.schedule = blocks.config_block(optim_config.ScheduleConfig(peak_lr=PEAK_LR,
                                                                      warmup_steps=100))
-  config.eval = experiment_lib.config_block(classify.EvalConfig(every_steps=EVAL_EVERY_STEPS,
+  config.eval = blocks.config_block(eval_config.EvalConfig(every_steps=EVAL_EVERY_STEPS,
                                                                 batch_size=EVAL_BATCH_SIZE))
   # Digits are 8x8: resize to the model's 28x28 (a no-op for Fashion-MNIST). At the end only.
   config.fewshot = common.fewshot_config(
@@ -83,11 +84,11 @@ def get_config(arg=None):
       f'decode(channels=1)|resize({IMAGE_SIZE})|value_range(-1, 1)|keep("image", "label")',
       batch_size=EVAL_BATCH_SIZE, every_steps=NUM_TRAIN_STEPS)
   # keep = 2: a corrupt newest checkpoint leaves one to resume from (vmoe/run/checkpointing.py).
-  config.checkpoint = experiment_lib.config_block(
-      checkpointing.CheckpointConfig(every_steps=500, keep=2))
-  config.wandb = experiment_lib.config_block(
-      experiment_lib.WandbConfig(project='vmoe-routers-tiny'))
-  config.mesh = experiment_lib.config_block(sharding.MeshConfig())
+  config.checkpoint = blocks.config_block(
+      checkpoint_config.CheckpointConfig(every_steps=500, keep=2))
+  config.wandb = blocks.config_block(
+      wandb_config.WandbConfig(project='vmoe-routers-tiny'))
+  config.mesh = blocks.config_block(mesh_config.MeshConfig())
   if arg.runlocal:
     common.runlocal(config)
     config.batch_size = config.eval.batch_size = config.fewshot.batch_size = GROUP_SIZE

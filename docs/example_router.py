@@ -1,4 +1,5 @@
-"""A router of one's own, registered from this file alone: docs/routers.md's worked example.
+"""A router of one's own, declared and registered from this file alone: docs/routers.md's worked
+example.
 
 `ema_tc` is token choice on softmax(X W) penalised by each expert's recent share of the requests:
 an expert that was asked for more than 1/E of the time is chosen less. The share is an
@@ -11,10 +12,13 @@ paper router (those have no state), and it has presets and options of its own.
 import jax
 import jax.numpy as jnp
 
+from vmoe.routing import declarations
+from vmoe.routing import paper_routers
 from vmoe.routing import registry
+from vmoe.routing import router_spec
 
 
-def _scores(inputs: registry.GroupInputs):
+def _scores(inputs: router_spec.GroupInputs):
   """Dispatch scores: the softmax minus `penalty` times the expert's recent share of requests."""
   penalty = inputs.config.options['penalty']
   return inputs.probs - penalty * inputs.state['share'][None, :], None
@@ -25,7 +29,7 @@ def _initial_share(rng, dim, num_experts, config):
   return {'share': jnp.full((num_experts,), 1.0 / num_experts, jnp.float32)}
 
 
-def _requests(inputs: registry.GroupInputs, scores, slot_token):
+def _requests(inputs: router_spec.GroupInputs, scores, slot_token):
   """One group's requests per expert: every token's top k of the dispatch scores."""
   del slot_token   # Requests, before any token is dropped.
   k = inputs.config.experts_per_token
@@ -39,9 +43,10 @@ def _moving_average(state, statistics, config):
   return {'share': decay * state['share'] + (1 - decay) * share}
 
 
-SPEC = registry.register('ema_tc', registry.RouterSpec(
-    _scores, registry.TOKEN_CHOICE,
+ROUTER = declarations.declare(declarations.RouterDeclaration(
+    'ema_tc', title='EMA-balanced Token Choice', allocation=declarations.TOKEN_CHOICE,
     presets={'noise_std': 0.5},
-    options={'decay': 0.9, 'penalty': 1.0},
-    state=registry.RouterState(_initial_share, _requests, _moving_average),
-    title='EMA-balanced Token Choice'))
+    options={'decay': 0.9, 'penalty': 1.0}))
+SPEC = registry.register(ROUTER.name, router_spec.RouterSpec(
+    _scores, paper_routers.TOKEN_CHOICE,
+    state=router_spec.RouterState(_initial_share, _requests, _moving_average)))

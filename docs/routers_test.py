@@ -1,5 +1,6 @@
-"""docs/routers.md's worked example: a router with state, registered from docs/example_router.py
-alone, trains configs/tiny.py through a sweep and finds its row in the sweep's tables."""
+"""docs/routers.md's worked example: a router with state, declared and registered from
+docs/example_router.py alone, trains configs/tiny.py through a sweep and finds its row in the
+sweep's tables."""
 import os
 import subprocess
 import sys
@@ -7,8 +8,9 @@ import sys
 import jax
 import numpy as np
 
-from vmoe.routing import registry
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
+from vmoe.routing import user_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = 'docs/example_router.py'
@@ -22,8 +24,8 @@ SHORT = ['--config.num_train_steps=4', '--config.schedule.warmup_steps=1',
 
 
 def test_the_example_registers_from_its_file_with_its_presets_options_and_state():
-  registry.import_router_module(EXAMPLE)
-  config = router_lib.RouterConfig('ema_tc', 1, module=EXAMPLE, options={'penalty': 2.0})
+  user_module.import_router_module(EXAMPLE)
+  config = router_config.RouterConfig('ema_tc', 1, module=EXAMPLE, options={'penalty': 2.0})
   assert dict(config.options) == {'decay': 0.9, 'penalty': 2.0}
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 4))
   module = router_lib.Router(config, num_experts=4)

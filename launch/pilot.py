@@ -28,7 +28,7 @@ from base import atomic
 from base import stats
 from launch import sweep
 from results import summaries
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 from vmoe.run import run_outputs
 
 MOE_ROUTER = 'softmax_tc'     # V-MoE's default router; fixed before the pilot ran.
@@ -93,7 +93,7 @@ def run(regimes: Sequence[Regime], root: str, seeds: int, jobs: int, python: str
   """Trains dense and MOE_ROUTER (c = 1) for each regime and seed; resumable."""
   status = 0
   for regime in regimes:
-    routers = [MOE_ROUTER] if regime.dense_from else [router_names.DENSE, MOE_ROUTER]
+    routers = [MOE_ROUTER] if regime.dense_from else [declarations.DENSE, MOE_ROUTER]
     runs = sweep.make_grid('tiny', seeds, routers=routers, capacities=[1])
     command = lambda r, workdir: sweep.main_py_command(r, workdir, python) + regime.arguments()
     print(f'== regime {regime.name}: {regime.knobs}, {regime.steps} steps', flush=True)
@@ -147,7 +147,7 @@ def rows(root: str) -> tuple[list[Row], list[str]]:
     if not os.path.isdir(os.path.join(root, name)):
       continue
     moe, moe_walls = _router_runs(root, name, MOE_ROUTER, problems)
-    dense, dense_walls = _router_runs(root, regime.dense_from or name, router_names.DENSE, problems)
+    dense, dense_walls = _router_runs(root, regime.dense_from or name, declarations.DENSE, problems)
     walls = moe_walls + dense_walls
     prec = lambda r: r.get('upstream_prec1')
     found.append(Row(regime, summaries.stat_of(dense, prec), summaries.stat_of(moe, prec),

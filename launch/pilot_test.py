@@ -8,14 +8,14 @@ import pytest
 from base import stats
 from launch import pilot
 from launch import sweep
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 
 def _write_run(root, regime, name, router, seed, prec1, wall=None):
   workdir = os.path.join(root, regime, 'tiny', name)
   os.makedirs(workdir)
   summary = {'arch': 'XS/7', 'dataset': 'fashion_mnist', 'router': router,
-             'capacity': None if router == router_names.DENSE else 1.0, 'seed': seed,
+             'capacity': None if router == declarations.DENSE else 1.0, 'seed': seed,
              'upstream_prec1': prec1}
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:
     json.dump(summary, f)

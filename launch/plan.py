@@ -76,7 +76,7 @@ from base import published   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32_vmoe   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
-from vmoe.routing import names as router_names   # pylint: disable=wrong-import-position
+from vmoe.routing import declarations   # pylint: disable=wrong-import-position
 from vmoe.model import sharding   # pylint: disable=wrong-import-position
 from vmoe.routing import router as router_lib   # pylint: disable=wrong-import-position
 from vmoe.train import experiment as experiment_lib   # pylint: disable=wrong-import-position
@@ -214,7 +214,7 @@ def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
   measurements are `cached` in cache_dir."""
   devices = devices[:slice_.devices]
   compiler = f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
-  router = config.moe.router.name if config.moe.router else router_names.DENSE
+  router = config.moe.router.name if config.moe.router else declarations.DENSE
   key = f'{config.model.variant}-{router}-{compiler}-{len(devices)}'
   row = {'arch': config.model.variant, 'router': router, 'slice': slice_.name,
          'compiler': compiler,
@@ -332,7 +332,8 @@ def with_rung_section(text: str, section: str) -> str:
   return f'{head}\n\n{section}' if head else section
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+  """The command line of `main`."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', default='docs/scaling.md', help='Markdown file to (re)write.')
   parser.add_argument('--no-routers', action='store_true', help='Skip the router comparison.')
@@ -350,6 +351,11 @@ def main(argv=None) -> int:
   parser.add_argument('--rung-only', action='store_true',
                       help='Compile the ImageNet-1k rung\'s rows alone (RUNG_SLICES) and rewrite '
                       'only their section of --out, keeping the rest of the file as it is.')
+  return parser
+
+
+def main(argv=None) -> int:
+  parser = _parser()
   args = parser.parse_args(argv)
   tpu = not args.no_tpu_compiler
   if tpu and not tpu_compiler.available():

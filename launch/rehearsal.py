@@ -65,6 +65,7 @@ import time
 
 from base import atomic
 from base import errors
+from vmoe.model import mesh_config
 from vmoe.run import run_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,7 +183,7 @@ def estimate(scale: Scale, experts: int) -> dict:
   config = importlib.import_module(CONFIG_MODULE).get_config()
   common.override(config, {o.key: o.value for o in overrides(scale, experts, '.')})
   experiment = experiment_lib.parse(config, num_devices=NUM_DEVICES)
-  one_device = sharding.make_mesh(sharding.MeshConfig(data=1, expert=1), jax.devices()[:1])
+  one_device = sharding.make_mesh(mesh_config.MeshConfig(data=1, expert=1), jax.devices()[:1])
   state = train_program.build(experiment, one_device).abstract_state
   expert_shards = experiment.mesh.expert
 
@@ -353,6 +354,29 @@ def directory_bytes(directory: str) -> int:
              for f in files)
 
 
+def _train_and_resume(train: list[str], workdir: str, memory: PeakMemory, seconds: dict
+                      ) -> list[int]:
+  """The training stage, stopped after step STOP_AFTER as a preemption notice stops it, then the
+  resume stage from its checkpoint; the steps saved. Raises RehearsalFailed where either did not
+  do so."""
+  def stop_after(process, line):
+    if line.startswith(PROGRESS_LINE.format(step=STOP_AFTER, steps=NUM_STEPS)):
+      process.send_signal(signal.SIGTERM)   # What a preemption notice sends.
+  status = run_stage('train', train, memory, seconds, stop_after)
+  summary_path = os.path.join(workdir, run_outputs.SUMMARY_FILE)
+  saved = checkpoint_steps(workdir)
+  if not run_outputs.stopped_early(status, os.path.exists(summary_path)) or not saved:
+    raise RehearsalFailed(f'train: expected a stop with a checkpoint after step {STOP_AFTER}; '
+                          f'got exit status {status}, checkpoints {saved}.')
+  resumed = []
+  status = run_stage('resume', train, memory, seconds, lambda _, line: resumed.append(
+      RESUMED.format(step=saved[-1]) in line))
+  _require(status, 'resume')
+  if not any(resumed):
+    raise RehearsalFailed(f'resume: did not say it resumed from step {saved[-1]}.')
+  return saved
+
+
 def run(directory: str, scale_name: str, experts: int, python: str = sys.executable) -> dict:
   """All the stages (module docstring) in DIRECTORY, emptied first; the report, also written to
   DIR/REPORT_FILE. Raises RehearsalFailed naming the first stage that failed, or UserError if
@@ -380,22 +404,8 @@ def run(directory: str, scale_name: str, experts: int, python: str = sys.executa
     workdir = os.path.join(paths['run'], 'workdir')
     train = [python, 'main.py', f'--config={CONFIG}', f'--workdir={workdir}'] + [
         c.flag() for c in changes]
-
-    def stop_after(process, line):
-      if line.startswith(PROGRESS_LINE.format(step=STOP_AFTER, steps=NUM_STEPS)):
-        process.send_signal(signal.SIGTERM)   # What a preemption notice sends.
-    status = run_stage('train', train, memory, seconds, stop_after)
-    summary_path = os.path.join(workdir, run_outputs.SUMMARY_FILE)
-    saved = checkpoint_steps(workdir)
-    if not run_outputs.stopped_early(status, os.path.exists(summary_path)) or not saved:
-      raise RehearsalFailed(f'train: expected a stop with a checkpoint after step {STOP_AFTER}; '
-                            f'got exit status {status}, checkpoints {saved}.')
-    resumed = []
-    status = run_stage('resume', train, memory, seconds, lambda _, line: resumed.append(
-        RESUMED.format(step=saved[-1]) in line))
-    _require(status, 'resume')
-    if not any(resumed):
-      raise RehearsalFailed(f'resume: did not say it resumed from step {saved[-1]}.')
+    saved = _train_and_resume(train, workdir, memory, seconds)
+  summary_path = os.path.join(workdir, run_outputs.SUMMARY_FILE)
   with open(summary_path, encoding='utf-8') as f:
     summary = json.load(f)
   with open(os.path.join(workdir, run_outputs.CONFIG_FILE), encoding='utf-8') as f:

@@ -37,7 +37,7 @@ from data import sources  # pylint: disable=g-import-not-at-top,wrong-import-pos
 from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    names as router_names)
+    declarations)
 from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
     router as router_lib)
 from vmoe.run import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -183,7 +183,7 @@ def maps_runs(root: str, capacity: float = 1.0, seed: int = 0) -> list[summaries
   chosen = {}
   for run in runs:
     router, c, softmax_combine = run.key[2:]
-    if (router != router_names.DENSE and c == capacity and softmax_combine and run.seed == seed and
+    if (router != declarations.DENSE and c == capacity and softmax_combine and run.seed == seed and
         os.path.isdir(checkpointing.checkpoints_dir(os.path.dirname(run.path)))):
       chosen[router] = run
   return [chosen[r] for r in sorted(chosen, key=paper.router_order)]

@@ -46,7 +46,8 @@ from typing import Callable, Sequence, TextIO
 
 from base import atomic
 from base import published
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
+from vmoe.routing import user_module
 from vmoe.run import run_outputs
 
 # The config files' prefixes: configs/b32_*.py ... for the paper's architectures (published.ARCHS,
@@ -77,7 +78,7 @@ class GridRun:
   @property
   def name(self) -> str:
     """'sinkhorn_tc_c2', 'sinkhorn_tc_c1_nosmc', 'soft_moe_c1_s2', 'dense', 'dense_s1'."""
-    cell = self.router if self.router == router_names.DENSE else f'{self.router}_c{self.capacity}'
+    cell = self.router if self.router == declarations.DENSE else f'{self.router}_c{self.capacity}'
     return (cell + ('' if self.softmax_combine else '_nosmc') +
             (f'_s{self.seed}' if self.seed else ''))
 
@@ -102,7 +103,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
     raise ValueError(f'unknown arch {arch!r}; valid: {", ".join(ARCHS)}.')
   if seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {seeds}.')
-  others = [r for r in routers or () if r not in (router_names.DENSE,) + published.ROUTERS]
+  others = [r for r in routers or () if r not in (declarations.DENSE,) + published.ROUTERS]
   if others or router_module:
     _check_registered(others, router_module)
   unknown = sorted(set(capacities or ()) - set(published.CAPACITIES))
@@ -111,7 +112,7 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
                      f'{", ".join(map(str, published.CAPACITIES))}.')
   runs = []
   for seed in range(seeds):
-    runs.append(GridRun(arch, router_names.DENSE, None, seed))
+    runs.append(GridRun(arch, declarations.DENSE, None, seed))
     runs += [GridRun(arch, router, c, seed, router_module=router_module)
              for c in published.CAPACITIES for router in published.ROUTERS + tuple(others)]
     if include_ablation:
@@ -123,15 +124,12 @@ def make_grid(arch: str, seeds: int = 1, include_ablation: bool = False,
 
 
 def _check_registered(routers: Sequence[str], router_module: str) -> None:
-  """Routers outside the paper's are looked up in the registry, which loads JAX: only then."""
-  from vmoe.routing import registry   # pylint: disable=g-import-not-at-top
-  from vmoe.routing import (   # pylint: disable=g-import-not-at-top,unused-import
-      router as router_lib)
-  registry.import_router_module(router_module)
-  unknown = sorted(set(routers) - set(registry.ROUTERS))
+  """Routers outside the paper's must be declared (declarations.py, or router_module's own)."""
+  user_module.import_router_module(router_module)
+  unknown = sorted(set(routers) - set(declarations.DECLARED))
   if unknown:
-    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {router_names.DENSE}, '
-                     f'{", ".join(sorted(registry.ROUTERS))} (a router of your own: '
+    raise ValueError(f'unknown router(s) {", ".join(unknown)}; valid: {declarations.DENSE}, '
+                     f'{", ".join(sorted(declarations.DECLARED))} (a router of your own: '
                      '--router-module PATH).')
 
 
@@ -142,9 +140,9 @@ def config_arg(run: GridRun) -> str:
   module is passed as router_module=PATH."""
   module = f',router_module={run.router_module}' if run.router_module else ''
   if run.arch in ARGUMENT_CONFIGS:
-    return (f'configs/{run.arch}.py:router=dense' if run.router == router_names.DENSE else
+    return (f'configs/{run.arch}.py:router=dense' if run.router == declarations.DENSE else
             f'configs/{run.arch}.py:router={run.router},c={run.capacity}{module}')
-  if run.router == router_names.DENSE:
+  if run.router == declarations.DENSE:
     return f'configs/{run.arch}_dense.py'
   if run.router in published.ROUTERS:
     return f'configs/{run.arch}_{run.router}.py:c={run.capacity}'
@@ -202,6 +200,80 @@ def keep_record(workdir: str, run: GridRun, destination: str) -> None:
   atomic.write_text(os.path.join(target, LOG_FILE), ''.join(lines))
 
 
+@dataclasses.dataclass
+class _Sweep:
+  """A sweep under way: its settings, the runs it has started and what came of them."""
+  runs: Sequence[GridRun]
+  root: str
+  command: CommandFn
+  jobs: int
+  dry_run: bool
+  out: TextIO | None
+  records: str | None
+  running: dict = dataclasses.field(default_factory=dict)   # Popen -> (tag, run, log, began).
+  failed: list = dataclasses.field(default_factory=list)
+  ran: int = 0
+  skipped: int = 0
+  interrupted: bool = False
+
+  def say(self, text: str) -> None:
+    print(text, file=self.out or sys.stdout, flush=True)
+
+  def start_next(self, i: int, run: GridRun) -> None:
+    """Starts run `i` (1-based), or skips it if it has finished, or prints it (dry run)."""
+    workdir = run.workdir(self.root)
+    tag = f'[{i}/{len(self.runs)}] {run.arch}/{run.name}'
+    if os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE)):
+      self.say(f'{tag}: done ({run_outputs.SUMMARY_FILE} exists), skipped')
+      self.skipped += 1
+      if self.records and not self.dry_run:
+        keep_record(workdir, run, self.records)
+      return
+    argv = self.command(run, workdir)
+    if self.dry_run:
+      self.say(f'{tag}: {shlex.join(argv)}')
+      return
+    os.makedirs(workdir, exist_ok=True)
+    log_path = os.path.join(workdir, LOG_FILE)
+    self.say(f'{tag}: running, log {log_path}')
+    self.running[start(argv, log_path)] = (tag, run, log_path, time.perf_counter())
+
+  def finish(self, process: subprocess.Popen) -> None:
+    """Records how a finished run's process ended."""
+    tag, run, log_path, began = self.running.pop(process)
+    self.ran += 1
+    elapsed = time.perf_counter() - began
+    reason = _outcome(process.returncode, run.workdir(self.root))
+    if reason is None:
+      with open(log_path, 'a', encoding='utf-8') as log:
+        log.write(FINISHED_LINE.format(seconds=elapsed, jobs=self.jobs))
+      if self.records:
+        keep_record(run.workdir(self.root), run, self.records)
+      self.say(f'{tag}: finished in {elapsed:.0f} s')
+    elif reason == 'interrupted':
+      self.say(f'{tag}: interrupted (exit status {process.returncode}); rerun the same command '
+               'to resume.')
+      self.interrupted = True
+    else:
+      self.say(f'{tag}: FAILED ({reason}) after {elapsed:.0f} s; end of {log_path}:\n'
+               f'{log_tail(log_path)}')
+      self.failed.append(run)
+
+  def run_all(self) -> None:
+    """Starts the runs in order, up to `jobs` at once, until all ran or one was interrupted."""
+    pending = list(enumerate(self.runs, 1))
+    while pending or self.running:
+      while pending and len(self.running) < self.jobs and not self.interrupted:
+        self.start_next(*pending.pop(0))
+      if (self.interrupted or not pending) and not self.running:
+        break
+      finished = [p for p in self.running if p.poll() is not None]
+      if not finished:
+        time.sleep(POLL_SECONDS)
+      for process in finished:
+        self.finish(process)
+
+
 def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_command, *,
               jobs: int = 1, dry_run: bool = False, out: TextIO | None = None,
               records: str | None = None) -> int:
@@ -212,69 +284,21 @@ def run_sweep(runs: Sequence[GridRun], root: str, command: CommandFn = main_py_c
   keep_record."""
   if jobs < 1:
     raise ValueError(f'--jobs must be >= 1, got {jobs}.')
-  failed, ran, skipped = [], 0, 0
-  say = lambda text: print(text, file=out or sys.stdout, flush=True)
-  pending = list(enumerate(runs, 1))
-  running: dict[subprocess.Popen, tuple[str, GridRun, str, float]] = {}
-  interrupted = False
+  sweep = _Sweep(runs, root, command, jobs, dry_run, out, records)
   try:
-    while pending or running:
-      while pending and len(running) < jobs and not interrupted:
-        i, run = pending.pop(0)
-        workdir = run.workdir(root)
-        tag = f'[{i}/{len(runs)}] {run.arch}/{run.name}'
-        if os.path.exists(os.path.join(workdir, run_outputs.SUMMARY_FILE)):
-          say(f'{tag}: done ({run_outputs.SUMMARY_FILE} exists), skipped')
-          skipped += 1
-          if records and not dry_run:
-            keep_record(workdir, run, records)
-          continue
-        argv = command(run, workdir)
-        if dry_run:
-          say(f'{tag}: {shlex.join(argv)}')
-          continue
-        os.makedirs(workdir, exist_ok=True)
-        log_path = os.path.join(workdir, LOG_FILE)
-        say(f'{tag}: running, log {log_path}')
-        running[start(argv, log_path)] = (tag, run, log_path, time.perf_counter())
-      if interrupted and not running:
-        break
-      if not pending and not running:
-        break
-      finished = [p for p in running if p.poll() is not None]
-      if not finished:
-        time.sleep(POLL_SECONDS)
-        continue
-      for process in finished:
-        tag, run, log_path, began = running.pop(process)
-        ran += 1
-        elapsed = time.perf_counter() - began
-        reason = _outcome(process.returncode, run.workdir(root))
-        if reason is None:
-          with open(log_path, 'a', encoding='utf-8') as log:
-            log.write(FINISHED_LINE.format(seconds=elapsed, jobs=jobs))
-          if records:
-            keep_record(run.workdir(root), run, records)
-          say(f'{tag}: finished in {elapsed:.0f} s')
-        elif reason == 'interrupted':
-          say(f'{tag}: interrupted (exit status {process.returncode}); rerun the same command '
-              'to resume.')
-          interrupted = True
-        else:
-          say(f'{tag}: FAILED ({reason}) after {elapsed:.0f} s; end of {log_path}:\n'
-              f'{log_tail(log_path)}')
-          failed.append(run)
+    sweep.run_all()
   except KeyboardInterrupt:
-    for process in running:     # They got the Ctrl-C too: let them checkpoint and exit.
+    for process in sweep.running:     # They got the Ctrl-C too: let them checkpoint and exit.
       process.wait()
-    say('sweep interrupted; rerun the same command to resume (finished runs are skipped).')
+    sweep.say('sweep interrupted; rerun the same command to resume (finished runs are skipped).')
     return run_outputs.INTERRUPTED
-  if interrupted:
+  if sweep.interrupted:
     return run_outputs.INTERRUPTED
   if dry_run:
     return 0
-  say(f'sweep: {ran} ran, {skipped} skipped, {len(failed)} failed' +
-      (': ' + ', '.join(f'{r.arch}/{r.name}' for r in failed) if failed else ''))
+  failed = sweep.failed
+  sweep.say(f'sweep: {sweep.ran} ran, {sweep.skipped} skipped, {len(failed)} failed' +
+            (': ' + ', '.join(f'{r.arch}/{r.name}' for r in failed) if failed else ''))
   return 1 if failed else 0
 
 
@@ -297,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--include-ablation', action='store_true',
                       help='Add sinkhorn_tc without softmax combine, c = 1 and 2 (Figure 3).')
   parser.add_argument('--routers', type=_names,
-                      help=f'Comma-separated: any of {router_names.DENSE}, the paper\'s '
+                      help=f'Comma-separated: any of {declarations.DENSE}, the paper\'s '
                       f'{",".join(published.ROUTERS)} (the default) and every other registered '
                       'router (vmoe/routing/lab_routers.py, or one of --router-module).')
   parser.add_argument('--router-module', default='', help='A .py file or dotted module that '

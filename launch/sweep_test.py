@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from launch import sweep
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 from vmoe.run import run_outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +63,8 @@ def fake(tmp_path):
 
 
 def test_the_sweep_and_the_tables_start_without_jax():
-  # They only read router names (vmoe/routing/names.py), so they start in a fraction of a second.
+  # They only read router declarations (vmoe/routing/declarations.py), so they start in a
+  # fraction of a second.
   code = ('import sys; import launch.sweep, results.tables; '
           'print(sorted(m for m in ("jax", "flax", "optax", "tensorflow") if m in sys.modules))')
   out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
@@ -82,7 +83,7 @@ def test_grid_is_dense_then_six_routers_by_two_capacities_plus_ablation():
   assert [r.name for r in with_ablation if not r.softmax_combine] == [
       'sinkhorn_tc_c1_nosmc', 'sinkhorn_tc_c2_nosmc', 'sinkhorn_tc_c1_nosmc_s1',
       'sinkhorn_tc_c2_nosmc_s1']
-  assert [r.name for r in with_ablation if r.router == router_names.DENSE] == ['dense', 'dense_s1']
+  assert [r.name for r in with_ablation if r.router == declarations.DENSE] == ['dense', 'dense_s1']
   with pytest.raises(ValueError, match='valid: b32, b16, l16, tiny'):
     sweep.make_grid('h14')
 
@@ -125,11 +126,11 @@ def test_commands_follow_the_main_py_contract():
   assert sweep.main_py_command(tiny, tiny.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/tiny.py:router=soft_moe,c=1',
       '--workdir=R/tiny/soft_moe_c1']
-  dense = sweep.GridRun('b16', router_names.DENSE, None, seed=2)
+  dense = sweep.GridRun('b16', declarations.DENSE, None, seed=2)
   assert sweep.main_py_command(dense, dense.workdir('R')) == [
       '.venv/bin/python', 'main.py', '--config=configs/b16_dense.py', '--workdir=R/b16/dense_s2',
       '--config.seed=2']
-  assert sweep.config_arg(sweep.GridRun('tiny', router_names.DENSE, None)) == (
+  assert sweep.config_arg(sweep.GridRun('tiny', declarations.DENSE, None)) == (
       'configs/tiny.py:router=dense')
 
 

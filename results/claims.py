@@ -74,7 +74,7 @@ from results import cost
 from results import paper
 from results import summaries
 from results import superseded as superseded_lib
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 FEWSHOT_SHOTS = 10
 BUDGET_TOLERANCE = 0.10      # Claim 6b: a router within 10% of Soft MoE's cost is within budget.
@@ -254,7 +254,7 @@ def _row_stats(rows: dict, table: tuple, capacity: float, value: Callable,
                softmax_combine: bool = True) -> dict[str, Stat]:
   """{router: Stat of value over its seeds} for every router of the table at one capacity, the
   paper's six first in their order, then the others by name."""
-  found = {k[2] for k in rows if k[:2] == table and k[2] != router_names.DENSE}
+  found = {k[2] for k in rows if k[:2] == table and k[2] != declarations.DENSE}
   order = [r for r in paper.ROUTERS if r in found] + sorted(found - set(paper.ROUTERS))
   stats = {}
   for router in order:
@@ -373,8 +373,8 @@ def check(rows: dict, cost: Callable[[summaries.Run], float | None] = summaries.
   for table in sorted({k[:2] for k in rows}):
     arch, dataset = table
     capacities = sorted({k[3] for k in rows
-                         if k[:2] == table and k[4] and k[2] != router_names.DENSE})
-    dense_runs = rows.get(table + (router_names.DENSE, None, True))
+                         if k[:2] == table and k[4] and k[2] != declarations.DENSE})
+    dense_runs = rows.get(table + (declarations.DENSE, None, True))
 
     def adder(capacity, metric, spread, blocked=None):
       def add(claim, margin, units, detail, chosen_among=1, bias_units=None):

@@ -38,7 +38,7 @@ from results import paper  # pylint: disable=g-import-not-at-top,wrong-import-po
 from results import summaries  # pylint: disable=g-import-not-at-top,wrong-import-position
 from base import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmoe.routing import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    names as router_names)
+    declarations)
 
 # The paper's markers (Sec. 4): Token Choice x and +, Expert Choice square, circle, triangle,
 # Soft MoE star; its routers take tab10's first six colours. Other routers, in name order, take
@@ -56,7 +56,7 @@ OUTLIER_FACTOR = 1.5   # A cost over 1.5x its panel's median is drawn at the axi
 def router_styles(routers) -> dict[str, tuple]:
   """{router: (colour, marker)}: the paper's fixed ones, then the others by name from
   OTHER_STYLES (cycled beyond them, where colours would repeat)."""
-  others = sorted(set(routers) - set(COLORS) - {router_names.DENSE})
+  others = sorted(set(routers) - set(COLORS) - {declarations.DENSE})
   styles = {r: (COLORS[r], MARKERS[r]) for r in COLORS}
   styles.update({r: OTHER_STYLES[i % len(OTHER_STYLES)] for i, r in enumerate(others)})
   return styles
@@ -135,14 +135,14 @@ def draw_dense_reference(ax, p: Point, x: float) -> None:
 def legend_below(fig, points: Sequence[Point], styles: dict, extra=()) -> None:
   """One legend for all panels, below them: each router's colour and marker, then what hollow
   and the dashed line mean."""
-  routers = sorted({p.router for p in points} - {router_names.DENSE}, key=paper.router_order)
+  routers = sorted({p.router for p in points} - {declarations.DENSE}, key=paper.router_order)
   titles = {p.router: p.title for p in points if p.title}
   handles = [plt.Line2D([], [], ls='', marker=styles[r][1], color=styles[r][0],
                         label=paper.router_title(r, titles.get(r))) for r in routers]
   if any(p.superseded for p in points):
     handles.append(plt.Line2D([], [], ls='', marker='o', color='gray', markerfacecolor='none',
                               markersize=8, label='hollow: superseded by a fix (filled: rerun)'))
-  if any(p.router == router_names.DENSE for p in points):
+  if any(p.router == declarations.DENSE for p in points):
     handles.append(plt.Line2D([], [], ls='--', marker='D', color=DENSE_COLOR,
                               label=f'{paper.DENSE_TITLE}, \u00b11 std band'))
   handles += list(extra)
@@ -162,7 +162,7 @@ def capacity_panels(points: Sequence[Point], xlabel: str, ylabel: str, title: st
   fig, axes = plt.subplots(len(archs), len(capacities), squeeze=False, sharey='row',
                            figsize=(4.6 * len(capacities), 3.6 * len(archs)))
   for row, arch in zip(axes, archs):
-    dense = next((p for p in points if p.arch == arch and p.router == router_names.DENSE), None)
+    dense = next((p for p in points if p.arch == arch and p.router == declarations.DENSE), None)
     scale = dense.x if dense and dense.x > 0 else 1.0
     for ax, capacity in zip(row, capacities):
       panel = [dataclasses.replace(p, x=p.x / scale, x_err=p.x_err / scale) for p in points

@@ -6,11 +6,11 @@ from results import paper
 from results import plots
 from results import summaries
 from results.tables_test import write_summary
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 
 def test_every_router_of_the_study_has_its_own_colour_and_marker():
-  routers = list(paper.ROUTERS) + sorted(router_names.LAB_ROUTERS)
+  routers = list(paper.ROUTERS) + sorted(declarations.LAB_ROUTERS)
   styles = plots.router_styles(routers)
   colours = [styles[r][0] for r in routers]
   markers = [styles[r][1] for r in routers]

@@ -21,7 +21,7 @@ from results import prose
 from results import provenance
 from results import rerun_comparison
 from results import summaries
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
 
 METRICS = {'up': 'upstream prec@1', 'fm': '10-shot fashion_mnist', 'dg': '10-shot digits'}
 METRIC_NAMES = {'up': 'upstream', 'fm': '10-shot Fashion-MNIST', 'dg': '10-shot digits'}
@@ -49,7 +49,7 @@ def cell(router: str, capacity: float | None) -> str:
   """'Soft MoE c = 1', 'Sinkhorn Token Choice k = 2': a row named in prose."""
   if capacity is None:
     return paper.DENSE_TITLE
-  symbol = 'k' if router_names.allocation_of(router) == router_names.TOKEN_CHOICE else 'c'
+  symbol = 'k' if declarations.allocation_of(router) == declarations.TOKEN_CHOICE else 'c'
   return f'{paper.router_title(router)} {symbol} = {capacity:g}'
 
 
@@ -113,7 +113,7 @@ class Quantities:
     self.q['seeds_word'] = prose.count_words(int(self.q['seeds_per_row']))
     routers = {k[2] for k in self.study.rows}
     self.q['paper_routers_word'] = prose.count_words(len(routers & set(paper.ROUTERS)))
-    self.q['late_routers_word'] = prose.count_words(len(routers & set(router_names.LAB_ROUTERS)))
+    self.q['late_routers_word'] = prose.count_words(len(routers & set(declarations.LAB_ROUTERS)))
     self.q['metrics_word'] = prose.count_words(len(claims.metrics_of(runs)))
     self.q['steps'] = ', '.join(sorted({f'{r.get("steps"):,}' for r in runs}))
     self.q['params_m'] = span([r.get('num_params') / 1e6 for r in runs])
@@ -177,7 +177,7 @@ class Quantities:
   def claim0(self) -> None:
     for m in ('up', 'fm'):
       zero = self.verdicts(claims.CLAIM_MOE_DENSE, m)
-      self.q[f'dense_{m}'] = self.mean_sd(router_names.DENSE, None, m)
+      self.q[f'dense_{m}'] = self.mean_sd(declarations.DENSE, None, m)
       below = [v for v in zero if v.margin < 0]
       self.q[f'moe_below_{m}'] = prose.count_words(len(below), len(zero))
       best = max(zero, key=lambda v: v.margin)
@@ -185,7 +185,7 @@ class Quantities:
       self.q[f'moe_best_{m}'] = f'{signed(best.margin)} ({self.named(best)})'
       self.q[f'moe_worst_{m}'] = f'{signed(worst.margin)} ({self.named(worst)})'
       means = [self.stat(k[2], k[3], m).mean for k in self.study.rows
-               if k[2] != router_names.DENSE and k[4]]
+               if k[2] != declarations.DENSE and k[4]]
       self.q[f'moe_mean_{m}'] = pts(100 * statistics.fmean(means))
       shown = [v for v in zero if v.strength == 'opposite shown']
       self.q[f'shown_below_{m}'] = prose.count_words(len(shown))
@@ -198,15 +198,15 @@ class Quantities:
       self.q[f'fixed_left_{m}'] = listing(sorted(before - set(fixed)))
       self.q[f'fixed_entered_{m}'] = listing(
           [f'{name} (Holm p {fixed[name].p_adjusted:.3f})' for name in sorted(set(fixed) - before)])
-    self.q['dense_dg'] = self.mean_sd(router_names.DENSE, None, 'dg')
+    self.q['dense_dg'] = self.mean_sd(declarations.DENSE, None, 'dg')
     self.q['zero_m'] = str(len(self.verdicts(claims.CLAIM_MOE_DENSE, 'up')))
-    dense = self.stat(router_names.DENSE, None, 'up')
+    dense = self.stat(declarations.DENSE, None, 'up')
     se = self.spread('up').std / math.sqrt(dense.n)
     self.q['dense_se_up'] = pts(100 * se)
     lower = dense.mean - DENSE_LOWER_BY * se
     self.q['dense_lower_up'] = pts(100 * lower)
     below = sum(self.stat(k[2], k[3], 'up').mean < lower for k in self.study.rows
-                if k[2] != router_names.DENSE and k[4])
+                if k[2] != declarations.DENSE and k[4])
     self.q['below_lower_up'] = str(below)
 
   def named(self, v, marks: bool = True) -> str:
@@ -361,7 +361,7 @@ class Quantities:
     self.q['moe_blocks_slash'] = ' / '.join(labels)
     self.q['moe_blocks_and'] = listing(labels)
     lines = []
-    routers = [r for r in paper.ROUTERS if r != 'soft_moe'] + sorted(router_names.LAB_ROUTERS)
+    routers = [r for r in paper.ROUTERS if r != 'soft_moe'] + sorted(declarations.LAB_ROUTERS)
     for router in routers:
       drops = ' / '.join(f'{100 * metric(router, "dropped_tokens", b):.1f}%' for b in blocks)
       lines.append(f'| {paper.router_title(router)} | {drops} |')
@@ -399,9 +399,9 @@ class Quantities:
     self.q['wall_median_s'] = f'{statistics.median(seconds):,.0f}'
     self.q['wall_total_h'] = f'{sum(seconds) / 3600:.1f}'
     self.q['wall_half_h'] = f'{sum(seconds) / 7200:.1f}'
-    dense = self.cost(router_names.DENSE, None)
+    dense = self.cost(declarations.DENSE, None)
     self.q['dense_cost'] = f'{dense:.3g}'
-    routers = list(paper.ROUTERS) + sorted(router_names.LAB_ROUTERS)
+    routers = list(paper.ROUTERS) + sorted(declarations.LAB_ROUTERS)
     cells = [f'{paper.router_title(r)} | ' + ' / '.join(f'{self.cost(r, c):.3g}'
                                                           for c in CAPACITIES.values())
              for r in routers]
@@ -422,8 +422,8 @@ class Quantities:
     self.q['base_wall_c2'] = f'{wall("base", 2.0):.2f}'
     others = [wall(r, c) for r in routers if r != 'base' for c in CAPACITIES.values()]
     self.q['others_wall'] = span(others)
-    late_tc = [r for r in sorted(router_names.LAB_ROUTERS)
-               if router_names.allocation_of(r) == router_names.TOKEN_CHOICE]
+    late_tc = [r for r in sorted(declarations.LAB_ROUTERS)
+               if declarations.allocation_of(r) == declarations.TOKEN_CHOICE]
     self.q['late_tc_count'] = prose.count_words(len(late_tc))
     self.q['late_tc_ratio'] = span([ratio(r, 1.0) for r in late_tc], lambda x: f'{x:.2f}', 'x')
     self.q['softmax_tc_ratio'] = f'{ratio("softmax_tc", 1.0):.2f}x'
@@ -433,7 +433,7 @@ class Quantities:
       without = self.cost('sinkhorn_tc', c, False)
       self.q[f'smc_cost_{c_name}'] = f'{without / self.cost("sinkhorn_tc", c):.2f}x'
     step = self.study.step_times
-    dense_ms = step.per_process[cost_lib.step_key(router_names.DENSE, None)]
+    dense_ms = step.per_process[cost_lib.step_key(declarations.DENSE, None)]
     per = [a / b for a, b in zip(step.per_process[cost_lib.step_key('sinkhorn_tc', 2.0, False)],
                                  dense_ms)]
     self.q['smc_c2_process_ratios'] = span(per, lambda x: f'{x:.2f}', 'x')
@@ -502,7 +502,7 @@ class Quantities:
     if step is None:
       return
     self.q[f'{name}_step_file'] = os.path.basename(step.path)
-    dense = step.times[cost_lib.step_key(router_names.DENSE, None)]
+    dense = step.times[cost_lib.step_key(declarations.DENSE, None)]
     for c_name, c in CAPACITIES.items():
       ms = step.times[cost_lib.step_key(router, c)]
       self.q[f'{name}_step_ms_{c_name}'] = f'{ms:.0f}'
@@ -511,7 +511,7 @@ class Quantities:
     self.q[f'{name}_fix_cost'] = f'{step.controlled_hours(runs[0]):.3g}'
     self.q[f'{name}_study_cost'] = f'{self.cost(router, capacity):.3g}'
     others = max(self.cost(r, capacity) for r in list(paper.ROUTERS) + sorted(
-        router_names.LAB_ROUTERS) if r != router)
+        declarations.LAB_ROUTERS) if r != router)
     self.q[f'{name}_fix_rank'] = (
         f'still the dearest router at c = {capacity:g}' if step.controlled_hours(runs[0]) > others
         else f'no longer the dearest router at c = {capacity:g}')
@@ -520,11 +520,11 @@ class Quantities:
     """The study's dense seed 0 beside the first edition's (another CPU kind) and its rerun on
     the study's CPU kind (results/tiny/edition1)."""
     edition = os.path.join(self.study.out_dir, EDITION1)
-    ours = next(r for r in self.row(router_names.DENSE, None) if r.seed == 0)
+    ours = next(r for r in self.row(declarations.DENSE, None) if r.seed == 0)
     first, _ = summaries.load_runs(os.path.join(edition, 'runs'))
     check = [self.read(os.path.join(edition, 'cpu_check', n))
              for n in sorted(os.listdir(os.path.join(edition, 'cpu_check')))]
-    theirs = next(r for r in first if r.key[2] == router_names.DENSE and r.seed == 0)
+    theirs = next(r for r in first if r.key[2] == declarations.DENSE and r.seed == 0)
     self.q['dense_s0_study'] = pts(100 * ours.get('upstream_prec1'))
     self.q['dense_s0_edition1'] = pts(100 * theirs.get('upstream_prec1'))
     self.q['dense_s0_check'] = pts(100 * check[0].get('upstream_prec1'))
@@ -544,8 +544,8 @@ class Quantities:
 
   def summary_table(self) -> None:
     """README's table: upstream mean +- sd of every row, a superseded row with its reruns'."""
-    lines = [f'| {paper.DENSE_TITLE} | {self.mean_sd(router_names.DENSE, None, "up")} | |']
-    for router in list(paper.ROUTERS) + [r for r in router_names.LAB_ROUTERS]:
+    lines = [f'| {paper.DENSE_TITLE} | {self.mean_sd(declarations.DENSE, None, "up")} | |']
+    for router in list(paper.ROUTERS) + [r for r in declarations.LAB_ROUTERS]:
       cells = []
       for c in CAPACITIES.values():
         text = self.mean_sd(router, c, 'up')

@@ -6,6 +6,8 @@ a higher rank climbs. Units are top-level packages, or vmoe's subpackages. Besid
   (REPORTING_MAY_IMPORT), and no JAX-era library at all (JAX_LIBRARIES);
 - testing/ is imported by tests only: test files (*_test.py) and conftest.py files may import
   anything, and nothing else may import testing/.
+- configs/ are data: they import ml_collections, base/, themselves and the plain modules (PLAIN:
+  each section's config beside what it configures, which load neither JAX nor TensorFlow);
 TENSORFLOW_FREE's entry points load without TensorFlow. testing/layers_test.py reads this table
 and parses every module's imports.
 """
@@ -24,8 +26,21 @@ RANKS = {
 }
 # Of the units below it, what results/ may import: base/ and vmoe's JAX-free records.
 REPORTING = 'results'
-REPORTING_MAY_IMPORT = ('base', 'vmoe.routing.names', 'vmoe.run.run_outputs')
+REPORTING_MAY_IMPORT = ('base', 'vmoe.routing.declarations', 'vmoe.run.run_outputs')
 JAX_LIBRARIES = ('jax', 'flax', 'optax', 'orbax', 'tensorflow', 'tensorflow_datasets', 'clu')
+# The modules that load no JAX-era library, by unit: the routers' declarations and configs, and
+# every config section's dataclass (vmoe/train/experiment.py parses them).
+PLAIN = (
+    'data.config', 'data.imagenet21k_splits',                             # data
+    'evaluation.eval_config', 'evaluation.fewshot',                       # evaluation
+    'vmoe.routing.capacity', 'vmoe.routing.declarations', 'vmoe.routing.router_config',
+    'vmoe.routing.user_module',                                           # vmoe.routing
+    'vmoe.run.checkpoint_config', 'vmoe.run.wandb_config',                # vmoe.run
+    'vmoe.model.mesh_config', 'vmoe.model.moe_config', 'vmoe.model.vit_config',   # vmoe.model
+    'vmoe.train.optim_config',                                            # vmoe.train
+)
+CONFIGS = 'configs'
+CONFIGS_MAY_IMPORT = ('ml_collections', 'base', 'configs')
 TESTS_ONLY = 'testing'
 # Entry points that run where JAX is installed but TensorFlow is not (the GPU machine this project
 # borrows): neither they nor anything they import when loaded may import TensorFlow.

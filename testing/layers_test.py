@@ -1,18 +1,19 @@
 """Every module's imports point down the layers of testing/layers.py (nested imports included),
-and only main.py and the router-module loader edit sys.path."""
+no modules import each other in a circle, the plain modules and configs/ load no framework, and
+only main.py edits sys.path."""
 import ast
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
 from testing import layers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The one function that resolves a user's router module (a .py path, or a dotted module from the
-# working directory), and main.py's own directory first on the path (what `python main.py`
-# from the repository root gives, kept under PYTHONSAFEPATH).
-SYS_PATH_EDITORS = {'main.py', 'vmoe/routing/registry.py'}
+# main.py's own directory first on the path (what `python main.py` from the repository root
+# gives, kept under PYTHONSAFEPATH).
+SYS_PATH_EDITORS = {'main.py'}
 
 
 def _modules():
@@ -102,6 +103,9 @@ def climbs(path: str, source: str) -> list[str]:
     where = f'{path}:{line} imports {imported}'
     if own == layers.REPORTING and top in layers.JAX_LIBRARIES:
       problems.append(f'{where}: reporting code imports no JAX-era library')
+    if own == layers.CONFIGS and not _plain_for_configs(imported):
+      problems.append(f'{where}: configs/ import only {", ".join(layers.CONFIGS_MAY_IMPORT)} '
+                      'and the plain modules (layers.PLAIN)')
     if target is None or target == own:
       continue
     if target == layers.TESTS_ONLY:
@@ -112,6 +116,15 @@ def climbs(path: str, source: str) -> list[str]:
     elif layers.RANKS[target] >= layers.RANKS[own] and own != layers.REPORTING:
       problems.append(f'{where}: {target} is not below {own}')
   return problems
+
+
+def _plain_for_configs(imported: str) -> bool:
+  """Whether configs/ may import `imported` (a module, or a name of one): Python's own modules,
+  CONFIGS_MAY_IMPORT and the plain modules."""
+  top = imported.split('.')[0]
+  names = (imported, imported.rpartition('.')[0])
+  return (top in sys.stdlib_module_names or top in layers.CONFIGS_MAY_IMPORT
+          or any(name in layers.PLAIN for name in names))
 
 
 def test_imports_point_down_the_layers():
@@ -127,6 +140,8 @@ def test_imports_point_down_the_layers():
     ('results/tables.py', 'import jax.numpy as jnp\n', 'imports no JAX-era library'),
     ('results/tables.py', 'from vmoe.train import experiment\n', 'may import only'),
     ('launch/rehearsal.py', 'from testing import data\n', 'only tests import testing/'),
+    ('configs/tiny.py', 'from vmoe.model import vit\n', 'configs/ import only'),
+    ('configs/tiny.py', 'import numpy as np\n', 'configs/ import only'),
     ('vmoe/routing/router.py', 'from . import names\nfrom .. import model\n',
      'is not below vmoe.routing'),
 ])
@@ -135,7 +150,79 @@ def test_a_climbing_import_is_found(path, source, expected):
   assert climbs(path.replace('.py', '_test.py'), source) == []     # Tests are exempt.
 
 
-def test_only_main_and_the_router_module_loader_edit_sys_path():
+def test_only_main_edits_sys_path():
   editors = {path for path in _modules() if not _is_test(path)
              and 'sys.path.insert' in (ROOT / path).read_text(encoding='utf-8')}
   assert editors <= SYS_PATH_EDITORS
+
+
+@pytest.mark.parametrize('module', layers.PLAIN)
+def test_plain_modules_load_no_framework(module):
+  found = sorted(m for m in loaded_with(module) if m.split('.')[0] in layers.JAX_LIBRARIES)
+  assert not found, f'{module} loads {found}'
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+  """module -> the modules of `sources` it imports (every import, nested and TYPE_CHECKING ones
+  included); `sources` maps dotted module names to their text."""
+  graph = {}
+  for module, source in sources.items():
+    targets = set()
+    for _, imported in imports(source, module):
+      parts = imported.split('.')
+      # `from X import y` names X.y: the module X.y where one exists, else X.
+      target = next((name for name in ('.'.join(parts[:n]) for n in (len(parts), len(parts) - 1))
+                     if name in sources), None)
+      if target is not None and target != module:
+        targets.add(target)
+    graph[module] = targets
+  return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The groups of modules that import each other in a circle (the strongly connected
+  components of more than one module; Tarjan's algorithm), each sorted."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(module):
+    index[module] = low[module] = len(index)
+    stack.append(module)
+    on_stack.add(module)
+    for target in sorted(graph[module]):
+      if target not in index:
+        visit(target)
+        low[module] = min(low[module], low[target])
+      elif target in on_stack:
+        low[module] = min(low[module], index[target])
+    if low[module] == index[module]:
+      component = []
+      while not component or component[-1] != module:
+        component.append(stack.pop())
+        on_stack.discard(component[-1])
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for module in sorted(graph):
+    if module not in index:
+      visit(module)
+  return found
+
+
+def test_no_modules_import_each_other_in_a_circle():
+  sources = {_name(path): (ROOT / path).read_text(encoding='utf-8') for path in _modules()
+             if not _is_test(path)}
+  assert circles(import_graph(sources)) == []
+
+
+def test_a_circle_inside_a_package_is_found():
+  # A TYPE_CHECKING import closes a circle as much as any other; a one-way chain is none.
+  sources = {
+      'vmoe.routing.registry': 'from vmoe.routing import spec\n',
+      'vmoe.routing.spec': 'import typing\nif typing.TYPE_CHECKING:\n'
+                           '  from vmoe.routing import router\n',
+      'vmoe.routing.router': 'from vmoe.routing import registry\n',
+      'vmoe.routing.affinity': 'from vmoe.routing import capacity\n',
+      'vmoe.routing.capacity': 'import math\n',
+  }
+  assert circles(import_graph(sources)) == [
+      ['vmoe.routing.registry', 'vmoe.routing.router', 'vmoe.routing.spec']]

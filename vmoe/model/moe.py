@@ -23,16 +23,15 @@ router's buffers are the tokens themselves, gathered in the dispatch dtype; the 
 one-hot dispatch tensor is cast to it, as V-MoE's boolean dispatch mask is. The experts compute in
 the model's dtype from float32 parameters.
 """
-import dataclasses
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vmoe.model import moe_config
 from vmoe.model import sharding
 from vmoe.routing import allocation
-from vmoe.routing import names as router_names
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
 
 
 def dispatch_by_index(x: jax.Array, slot_token: jax.Array) -> jax.Array:
@@ -126,77 +125,7 @@ def buffer_dtype(compute_dtype, dispatch_dtype: str):
   return DISPATCH_DTYPES[dispatch_dtype]
 
 
-DISPATCH_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
-EXPERT_INITS = ('shared', 'independent')
-DISPATCHES = ('indices', 'einsum')
-
-
-def images_per_routing_group(router: router_lib.RouterConfig, group_size: int) -> int:
-  """Images routed together: group_size, or 1 for Soft MoE (every image alone)."""
-  return 1 if router.spec.allocation.kind == router_names.SOFT_ALLOCATION else group_size
-
-
-@dataclasses.dataclass(frozen=True)
-class MoeConfig:
-  """`config.moe`: which blocks are MoE layers, their experts, routing groups and router.
-
-  num_experts = 0 makes a dense model (router None; `config.moe.router` is then ignored).
-  every: Every-`every` placement (the paper's Every-2); last: when > 0, only the last `last` of
-  those blocks (V-MoE's "Last 2" with every = 2; vit.moe_layer_indices; 0: all of them, the
-  paper's); group_size: images per routing group (Soft MoE routes each image alone); dispatch:
-  'indices' (gather/scatter) or 'einsum' (the dense reference path); dispatch_dtype: the dtype of
-  the dispatch and combine buffers under a float32 model (`buffer_dtype`; the paper configs'
-  'bfloat16' is V-MoE's); expert_init: see Experts; dropout_rate: the experts' dropout (V-MoE's
-  moe.dropout_rate, 0.2 in its ImageNet-1k S/32 config), None: the model's dropout_rate, as every
-  block's MLP (`expert_dropout`).
-  The router's capacity factor is any c > 0, or any integer k <= E for token choice (the paper
-  configs restrict their argument c to the paper's grid: configs/common.py, which builds
-  `config.moe` from this class). The checks that involve the model (placement, an expert choice
-  capacity within a routing group's tokens) are vmoe/train/experiment.py `parse`'s.
-  """
-  num_experts: int
-  group_size: int
-  router: router_lib.RouterConfig | None
-  every: int = 2
-  dispatch: str = 'indices'
-  expert_init: str = 'shared'
-  dispatch_dtype: str = 'float32'
-  last: int = 0
-  dropout_rate: float | None = None
-
-  def __post_init__(self):
-    if self.dispatch_dtype not in DISPATCH_DTYPES:
-      raise ValueError(f'unknown moe.dispatch_dtype {self.dispatch_dtype!r}; valid: '
-                       f'{", ".join(DISPATCH_DTYPES)}.')
-    if self.num_experts < 0:
-      raise ValueError(f'moe.num_experts must be >= 0 (0: a dense model), got {self.num_experts}.')
-    if self.dispatch not in DISPATCHES:
-      raise ValueError(f'unknown moe.dispatch {self.dispatch!r}; valid: {", ".join(DISPATCHES)}.')
-    if self.expert_init not in EXPERT_INITS:
-      raise ValueError(f'unknown moe.expert_init {self.expert_init!r}; valid: '
-                       f'{", ".join(EXPERT_INITS)}.')
-    if self.last < 0:
-      raise ValueError(f'moe.last must be >= 0 (0: every Every-k block), got {self.last}.')
-    if self.dropout_rate is not None and not 0 <= self.dropout_rate < 1:
-      raise ValueError(f'moe.dropout_rate must be in [0, 1) or None, got {self.dropout_rate}.')
-    if self.num_experts == 0:
-      return
-    if self.router is None:
-      raise ValueError('an MoE model (moe.num_experts > 0) needs moe.router.')
-    self.router.check_shape(None, self.num_experts)
-    if self.every < 1:
-      raise ValueError(f'moe.every must be >= 1 (2 is the paper\'s Every-2), got {self.every}.')
-    if self.group_size < 1:
-      raise ValueError(f'moe.group_size must be >= 1 image, got {self.group_size}.')
-
-  @property
-  def images_per_group(self) -> int:
-    """Images routed together (`images_per_routing_group`)."""
-    return images_per_routing_group(self.router, self.group_size)
-
-  def expert_dropout(self, model_dropout_rate: float) -> float:
-    """The experts' dropout rate: moe.dropout_rate, or the model's where it is None."""
-    return model_dropout_rate if self.dropout_rate is None else self.dropout_rate
+DISPATCH_DTYPES = {name: getattr(jnp, name) for name in moe_config.DISPATCH_DTYPE_NAMES}
 
 
 def expert_initializer(init: nn.initializers.Initializer, expert_init: str):
@@ -308,12 +237,13 @@ class MoeMlp(nn.Module):
     return y.reshape(batch, tokens_per_image, dim).astype(x.dtype), metrics
 
 
-def moe_mlp(num_experts: int, mlp_dim: int, router: router_lib.RouterConfig, group_size: int, *,
+def moe_mlp(num_experts: int, mlp_dim: int, router: router_config.RouterConfig, group_size: int, *,
             dispatch: str = 'indices', dropout_rate: float = 0.0, expert_init: str = 'shared',
             dtype=jnp.float32, dispatch_dtype=jnp.float32, name: str | None = None) -> MoeMlp:
   """The MoE layer of `router` over `num_experts` Experts of `mlp_dim` hidden units, routing
-  groups of `group_size` images (Soft MoE: each image alone, `images_per_routing_group`); the
-  experts compute in `dtype` and return their outputs in `dispatch_dtype`.
+  groups of `group_size` images (Soft MoE: each image alone,
+  `moe_config.images_per_routing_group`); the experts compute in `dtype` and return their outputs
+  in `dispatch_dtype`.
 
   The router and the experts are made outside any parent (parent=None), so that the MoeMlp, not
   the module building it, adopts them under its field names: the parameter paths stay
@@ -323,5 +253,5 @@ def moe_mlp(num_experts: int, mlp_dim: int, router: router_lib.RouterConfig, gro
       router=router_lib.Router(router, num_experts, parent=None),
       experts=Experts(num_experts, mlp_dim, dropout_rate, expert_init, dtype,
                       output_dtype=dispatch_dtype, parent=None),
-      images_per_group=images_per_routing_group(router, group_size), dispatch=dispatch,
+      images_per_group=moe_config.images_per_routing_group(router, group_size), dispatch=dispatch,
       dispatch_dtype=dispatch_dtype, name=name)

@@ -8,11 +8,15 @@ import numpy as np
 import pytest
 
 from vmoe.model import moe
+from vmoe.model import moe_config
 from vmoe.routing import affinity
 from vmoe.routing import allocation
-from vmoe.routing import names as router_names
+from vmoe.routing import declarations
+from vmoe.routing import paper_routers
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config as router_config_lib
+from vmoe.routing import router_spec
 from vmoe.routing import soft
 
 NUM_EXPERTS, MLP_DIM, GROUP_SIZE = 4, 32, 2
@@ -24,20 +28,20 @@ def dense_routing_tensors(variables, group, config):
   path) for the paper's allocations, through allocation.to_dense of the spec's slots for the
   others; the affinity and combine are the registry's, which the router tests check on their
   own."""
-  params, spec = variables['params'], config.spec
-  if spec.allocation.kind == router_names.SOFT_ALLOCATION:
+  params, spec = variables['params'], registry.get(config.name)
+  if spec.allocation.kind == declarations.SOFT_ALLOCATION:
     return soft.soft_routing(group, params['router']['phi'], params['router']['scale'])
   capacity = config.capacity(group.shape[0], NUM_EXPERTS)
   state = variables.get(router_lib.ROUTER_STATE, {}).get('router', {})
   kernel = state['kernel'] if 'kernel' in state else params['router']['kernel']
   logits = group @ kernel
-  inputs = registry.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
+  inputs = router_spec.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
                                 state.get('state', {}), False)
   scores, _ = spec.affinity(inputs)
   combine_scores = spec.combine_fn(inputs, scores)
-  if spec.allocation_at(train=False) is registry.TOKEN_CHOICE:
+  if spec.allocation_at(train=False) is paper_routers.TOKEN_CHOICE:
     return allocation.token_choice(scores, capacity, int(config.capacity_factor), combine_scores)
-  if spec.allocation_at(train=False) is registry.EXPERT_CHOICE:
+  if spec.allocation_at(train=False) is paper_routers.EXPERT_CHOICE:
     return allocation.expert_choice(scores, capacity, combine_scores)
   slot_token = spec.allocation_at(train=False).slots(scores, capacity, config)
   return allocation.to_dense(slot_token, allocation.slot_weights(slot_token, combine_scores),
@@ -48,8 +52,8 @@ def reference_moe(variables, x, config):
   """eq. (minibatch-moe): MoE(X)[t] = sum_{r,c} C[t,r,c] MLP_r(X^T D[:, r, c]), one expert at a
   time."""
   experts = variables['params']['experts']
-  images_per_group = (1 if config.spec.allocation.kind == router_names.SOFT_ALLOCATION
-                      else GROUP_SIZE)
+  soft = declarations.get(config.name).allocation == declarations.SOFT_ALLOCATION
+  images_per_group = 1 if soft else GROUP_SIZE
   groups = x.reshape(x.shape[0] // images_per_group, -1, x.shape[-1])
 
   def one_group(group):   # vmapped over groups: one traced copy of the formula, not one per group.
@@ -81,7 +85,7 @@ ROUTER_CASES = [(name, c) for name in sorted(router_lib.ROUTERS) for c in (1, 2)
 
 def router_config(case, capacity_factor):
   name = case.replace('_no_softmax_combine', '')
-  return router_lib.RouterConfig(name=name, capacity_factor=capacity_factor,
+  return router_config_lib.RouterConfig(name=name, capacity_factor=capacity_factor,
                               softmax_combine=not case.endswith('_no_softmax_combine'))
 
 
@@ -108,13 +112,14 @@ def test_layer_output_and_gradients_equal_the_dense_formula(case, capacity_facto
   # The router is trained through the combine weights (and Soft MoE's dispatch), unless it is
   # fixed at initialisation.
   router_grads = jax.tree.leaves(got[0]['params'].get('router', {}))
-  frozen = config.spec.state is not None and config.spec.state.frozen
+  state = registry.get(config.name).state
+  frozen = state is not None and state.frozen
   assert frozen or sum(float(jnp.abs(g).sum()) for g in router_grads) > 0
 
 
 @pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_ec'])
 def test_index_and_einsum_paths_agree_in_training_with_noise(name):
-  config = router_lib.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
+  config = router_config_lib.RouterConfig(name=name, capacity_factor=1, noise_std=1.0)
   rngs = {'gating': jax.random.PRNGKey(3)}
 
   @jax.jit   # Init and both paths in one program: one compilation.
@@ -128,7 +133,7 @@ def test_index_and_einsum_paths_agree_in_training_with_noise(name):
 
 def test_metrics_of_expert_choice_token_choice_and_soft_moe():
   def metrics(name, capacity_factor):
-    layer = make_layer(router_lib.RouterConfig(name=name, capacity_factor=capacity_factor))
+    layer = make_layer(router_config_lib.RouterConfig(name=name, capacity_factor=capacity_factor))
     return jax.jit(lambda: layer.apply(layer.init(jax.random.PRNGKey(1), X), X)[1])()
   ec = metrics('softmax_ec', 1)
   # S = 16 tokens, E = 4, C = 4: the 16 slots are all filled, so 1 expert per token on average.
@@ -155,7 +160,7 @@ def test_metrics_of_expert_choice_token_choice_and_soft_moe():
 
 
 def test_evaluation_is_deterministic():
-  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
+  config = router_config_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0)
   layer = make_layer(config)
   variables = init_variables(layer)
   evaluate = jax.jit(lambda gating_rng: layer.apply(variables, X, rngs={'gating': gating_rng})[0])
@@ -163,7 +168,7 @@ def test_evaluation_is_deterministic():
   np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize('expert_init', moe.EXPERT_INITS)
+@pytest.mark.parametrize('expert_init', moe_config.EXPERT_INITS)
 def test_experts_start_shared_or_independent(expert_init):
   # 'shared' (V-MoE i21k, split_rngs=False): all E experts equal one draw of a single expert's
   # Xavier-uniform initialiser, bound sqrt(6 / (D + F)); 'independent': E different draws.

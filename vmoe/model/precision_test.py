@@ -10,12 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vmoe.model import mesh_config
 from vmoe.model import moe
 from vmoe.model import sharding
 from vmoe.model import vit
 from vmoe.routing import allocation
 from vmoe.routing import lab_routers
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
 from vmoe.train import train_program
 from vmoe.train import train_step as train_lib
 
@@ -49,7 +51,7 @@ def learnable_batches(num_steps: int, seed: int = 0):
 
 def one_device_program(experiment) -> train_program.TrainProgram:
   """`experiment`'s training program (the one setup path) on this process's first device."""
-  return train_program.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+  return train_program.build(experiment, sharding.make_mesh(mesh_config.MeshConfig(1, 1),
                                                             jax.devices()[:1]))
 
 
@@ -71,7 +73,7 @@ def test_bfloat16_model_routes_as_the_float32_model(router):
   # reads them in float32 under either model dtype, so its logits, and the routing decisions and
   # weights computed from them, are identical; only the experts and the buffers are bfloat16.
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16)).astype(jnp.bfloat16)
-  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
+  config = router_config.RouterConfig(router, capacity_factor=1.0, noise_std=1.0)
   layer = lambda dtype: moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dtype=dtype,
                                     dispatch_dtype=moe.buffer_dtype(dtype, 'float32'))
   params = layer(jnp.float32).init(jax.random.PRNGKey(1), x.astype(jnp.float32))
@@ -170,7 +172,7 @@ V_MOE_CASES = [(name, 'indices') for name in router_lib.PAPER_ROUTERS + tuple(la
 @pytest.mark.parametrize('router,dispatch', V_MOE_CASES)
 def test_bfloat16_dispatch_combines_in_float32_as_v_moe(router, dispatch):
   # With noise for the routers whose presets have it (the paper's softmax and Sinkhorn ones).
-  config = router_lib.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
+  config = router_config.RouterConfig(router, capacity_factor=1.0, noise_std=1.0 if router in
                                    router_lib.PAPER_ROUTERS else 0.0)
   layer = moe.moe_mlp(NUM_EXPERTS, MLP_DIM, config, GROUP_SIZE, dispatch=dispatch,
                       dispatch_dtype=jnp.bfloat16)

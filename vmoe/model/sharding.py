@@ -9,9 +9,7 @@ EXPERT_BUFFERS (E over 'expert', groups over 'data') and its output back to the 
 (`constrain`), and XLA's SPMD partitioner moves the tokens between the two layouts with an
 all-to-all over the 'expert' axis (checked in the compiled HLO by vmoe/train/multidevice_test.py).
 """
-import dataclasses
 import functools
-import math
 import os
 
 import jax
@@ -21,76 +19,18 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from vmoe.model import mesh_config
+
 BATCH_AXES = ('data', 'expert')
 BATCH = P(BATCH_AXES)                   # Images (B, ...) and routing groups (G, S, D).
 EXPERT_BUFFERS = P('expert', 'data')    # Expert buffers (E, G, C, D).
 
 
-AUTO = -1   # mesh.data / mesh.expert: a number `resolve` works out from the devices (and experts).
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshConfig:
-  """`config.mesh`: the devices along 'data' and along 'expert'; `resolve` makes both numbers.
-
-  data: devices along 'data'; -1 (AUTO): all the devices that 'expert' leaves.
-  expert: devices along 'expert', which split the experts; 1 is data-parallel only. -1 (AUTO): as
-    many as both the device and the expert count allow, gcd(devices, experts) (1 for a dense
-    model), the reference's num_expert_partitions = num_experts capped at the devices (V-MoE's
-    partitioning.get_auto_logical_mesh); with mesh.data set, the devices that data leaves.
-  """
-  data: int = AUTO
-  expert: int = 1
-
-  def __post_init__(self):
-    if any(n < 1 and n != AUTO for n in (self.data, self.expert)):
-      raise ValueError(f'mesh.data={self.data} and mesh.expert={self.expert}: use mesh.expert >= 1 '
-                       'and mesh.data >= 1, or -1 for the automatic sizes.')
-
-
-def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, int]:
-  """(data, expert) of a `config.mesh` with a number of expert devices (see `resolve` for -1) over
-  `num_devices`; fails naming the flag when they differ.
-
-  Arithmetic only, so that vmoe/train/experiment.py checks a config before anything compiles.
-  """
-  expert = mesh_config.expert
-  if expert < 1 or num_devices % expert:
-    raise ValueError(f'mesh.expert={expert} must be >= 1 and divide the {num_devices} devices; '
-                     f'set --config.mesh.expert to a divisor of {num_devices}.')
-  data = num_devices // expert if mesh_config.data == AUTO else mesh_config.data
-  if data * expert != num_devices:
-    raise ValueError(f'mesh data x expert = {data} x {expert} does not match the {num_devices} '
-                     'devices; set --config.mesh.data=-1 to use all remaining devices.')
-  return data, expert
-
-
-def resolve(mesh_config: MeshConfig, num_devices: int, num_experts: int) -> MeshConfig:
-  """`config.mesh` with numbers for its automatic (-1) sizes on `num_devices` devices and
-  `num_experts` experts (0: a dense model); fails, naming the flag, where they do not fit: the
-  mesh must use every device, and its 'expert' axis must split the experts evenly.
-
-  Arithmetic only: vmoe/train/experiment.py `parse` resolves the mesh of every run (and of
-  launch/plan.py's slices) before anything compiles; the shardings then trust it.
-  """
-  expert = mesh_config.expert
-  if expert == AUTO and mesh_config.data != AUTO:
-    expert = max(1, num_devices // mesh_config.data)     # mesh_shape checks data x expert.
-  elif expert == AUTO:
-    expert = math.gcd(num_devices, num_experts) if num_experts > 0 else 1
-  data, expert = mesh_shape(dataclasses.replace(mesh_config, expert=expert), num_devices)
-  if num_experts % expert:
-    raise ValueError(f'moe.num_experts={num_experts} experts do not split over '
-                     f'mesh.expert={expert} devices; set --config.mesh.expert to a divisor of '
-                     f'{num_experts}.')
-  return MeshConfig(data, expert)
-
-
-def make_mesh(mesh_config: MeshConfig, devices=None) -> Mesh:
-  """Mesh of shape (data, expert) from `config.mesh` (a resolved one: `resolve`); data=-1 takes
-  all remaining devices."""
+def make_mesh(mesh: mesh_config.MeshConfig, devices=None) -> Mesh:
+  """Mesh of shape (data, expert) from `config.mesh` (a resolved one: mesh_config.resolve);
+  data=-1 takes all remaining devices."""
   devices = np.asarray(jax.devices() if devices is None else devices)
-  return Mesh(devices.reshape(mesh_shape(mesh_config, devices.size)), ('data', 'expert'))
+  return Mesh(devices.reshape(mesh_config.mesh_shape(mesh, devices.size)), ('data', 'expert'))
 
 
 def _path_names(path) -> list:
@@ -108,7 +48,7 @@ def leaf_spec(path, leaf) -> P:
 def tree_shardings(tree, mesh: Mesh):
   """NamedShardings for a (possibly abstract) pytree: parameters, optimizer state, train state.
 
-  The experts split evenly over the mesh's 'expert' axis: `resolve` checked it.
+  The experts split evenly over the mesh's 'expert' axis: mesh_config.resolve checked it.
   """
   return jax.tree_util.tree_map_with_path(
       lambda path, leaf: NamedSharding(mesh, leaf_spec(path, leaf)), tree)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from vmoe.model import mesh_config as mesh_config_lib
 from vmoe.model import sharding
 
 
 def mesh_config(data=-1, expert=1):
-  return sharding.MeshConfig(data=data, expert=expert)
+  return mesh_config_lib.MeshConfig(data=data, expert=expert)
 
 
 def test_mesh_on_one_device():
@@ -42,7 +43,8 @@ def test_mesh_errors_name_the_flag(data, expert, message):
     (2, 4, 8, 32, (2, 4)),         # Numbers stay.
 ])
 def test_resolve_gives_the_automatic_sizes_numbers(data, expert, devices, experts, resolved):
-  assert sharding.resolve(mesh_config(data, expert), devices, experts) == mesh_config(*resolved)
+  resolved_mesh = mesh_config_lib.resolve(mesh_config(data, expert), devices, experts)
+  assert resolved_mesh == mesh_config(*resolved)
 
 
 @pytest.mark.parametrize('data,expert,message', [
@@ -52,7 +54,7 @@ def test_resolve_gives_the_automatic_sizes_numbers(data, expert, devices, expert
 ])
 def test_resolve_errors_name_the_flag(data, expert, message):
   with pytest.raises(ValueError, match=message):
-    sharding.resolve(mesh_config(data, expert), 8, 32)
+    mesh_config_lib.resolve(mesh_config(data, expert), 8, 32)
 
 
 @pytest.mark.parametrize('data,expert', [(-1, 0), (-1, -2), (0, -1)])
@@ -80,7 +82,7 @@ def test_put_batch_assembles_the_global_batch():
 def test_mesh_errors_name_the_flag_when_experts_do_not_split():
   with pytest.raises(ValueError, match=r'6 experts do not split over mesh.expert=4 devices; set '
                                        r'--config.mesh.expert to a divisor of 6'):
-    sharding.resolve(mesh_config(1, 4), 4, 6)
+    mesh_config_lib.resolve(mesh_config(1, 4), 4, 6)
 
 
 def test_constrain_is_the_identity_without_a_mesh_and_a_constraint_with_one():

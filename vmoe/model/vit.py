@@ -14,44 +14,17 @@ weighted balance losses, 'router': {'block_01': metrics of that MoE layer, ...}}
 A model is dense when `moe` is None (`build_model` with moe.num_experts = 0).
 """
 import dataclasses
-import re
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vmoe.model import moe as moe_lib
+from vmoe.model import moe_config
+from vmoe.model import vit_config
 
-
-@dataclasses.dataclass(frozen=True)
-class Size:
-  """Width D, depth (blocks), MLP hidden dim and attention heads of a ViT size."""
-  width: int
-  depth: int
-  mlp_dim: int
-  num_heads: int
-
-
-# ViT sizes (Dosovitskiy et al. 2021, Table 1; Ti from Touvron et al. 2021). The paper uses B/32,
-# B/16 and L/16. 'VMoE-S' is V-MoE's own "S" (google-research/vmoe configs/vmoe_paper/common.py
-# get_vmoe_config, variant index 0: width 512, 8 blocks, MLP 2048, 8 heads), which its ImageNet-1k
-# S/32 config warns is not ViT's 'S' (12 blocks of width 384). Two CPU sizes: 'mu' (after
-# big_vision's test size, with depth 2 so that Every-2 places one MoE layer) backs the runlocal
-# modes and tests; 'XS' is the embedded Fashion-MNIST study of configs/tiny.py (two MoE layers out
-# of four blocks).
-SIZES = {
-    'mu': Size(width=32, depth=2, mlp_dim=128, num_heads=2),
-    'XS': Size(width=64, depth=4, mlp_dim=128, num_heads=4),
-    'Ti': Size(width=192, depth=12, mlp_dim=768, num_heads=3),
-    'S': Size(width=384, depth=12, mlp_dim=1536, num_heads=6),
-    'B': Size(width=768, depth=12, mlp_dim=3072, num_heads=12),
-    'L': Size(width=1024, depth=24, mlp_dim=4096, num_heads=16),
-    'VMoE-S': Size(width=512, depth=8, mlp_dim=2048, num_heads=8),
-}
-POOLS = ('tok', 'gap')
-# Compute dtypes (config.model.dtype, config.moe.dispatch_dtype). Parameters and the optimizer
-# state are float32 whatever the compute dtype (flax's param_dtype default).
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+# The compute dtypes by name (vit_config.DTYPE_NAMES).
+DTYPES = {name: getattr(jnp, name) for name in vit_config.DTYPE_NAMES}
 # What an encoder block keeps for its backward pass under config.model.remat: nothing but its
 # input. Each block's activations are recomputed from the (B, N, D) residual stream entering it,
 # at the cost of one more forward pass of the encoder (about a third more step FLOPs). The
@@ -59,100 +32,6 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 # (the (B, N, mlp_dim) hidden layer is the largest activation of a block), so it would save little
 # of what remat is for: fitting the recipe's per-device batch on a smaller accelerator.
 REMAT_POLICY = jax.checkpoint_policies.nothing_saveable
-_VARIANT = re.compile(r'^(?P<size>[A-Za-z][A-Za-z-]*)(/(?P<patch>[0-9]+))?$')
-
-
-def decode_variant(variant: str) -> dict:
-  """'B/32' -> {'width': 768, 'depth': 12, 'mlp_dim': 3072, 'num_heads': 12, 'patch_size': 32}.
-
-  The patch size is None when the variant names only a size ('B'); an unknown size fails listing
-  the valid ones.
-  """
-  match = _VARIANT.match(variant or '')
-  if match is None or match['size'] not in SIZES:
-    raise ValueError(f'unknown ViT variant {variant!r}; use SIZE/PATCH with SIZE one of '
-                     f'{", ".join(SIZES)} (e.g. B/32, L/16).')
-  patch = match['patch']
-  return {**dataclasses.asdict(SIZES[match['size']]),
-          'patch_size': int(patch) if patch else None}
-
-
-def moe_layer_indices(depth: int, every: int, last: int = 0) -> tuple[int, ...]:
-  """0-based blocks whose MLP is an MoE layer: Every-`every`, i.e. every-1, 2*every-1, ..., or,
-  when last > 0, only the last `last` of those.
-
-  every=2 is V-MoE's "Every-2" (blocks 1, 3, 5, ...), the placement the paper uses; every=2 with
-  last=2 is V-MoE's "Last 2" (its get_vmoe_config: range(1, depth, 2)[-2:], blocks 5 and 7 of 8).
-  """
-  every_k = tuple(range(every - 1, depth, every))
-  return every_k[-last:] if last else every_k
-
-
-def block_name(index: int) -> str:
-  """Name of encoder block `index` (0-based), also the key of its router metrics: 'block_01'."""
-  return f'block_{index:02d}'
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """`config.model`: a ViT variant ('B/32') at an image size, with its head and pooling.
-
-  patch_size overrides the variant's patch (None: take it from the variant). The defaults are
-  V-MoE's (no dropout, no pre-logits layer, class-token pooling); configs/common.py builds
-  `config.model` from this class.
-  dtype: the compute dtype of the encoder and the experts ('float32' or 'bfloat16'; DTYPES);
-  parameters, the router, the head's logits, the loss and the few-shot features stay float32.
-  remat: recompute each encoder block in the backward pass (REMAT_POLICY) to save memory.
-  """
-  variant: str
-  num_classes: int
-  image_size: int
-  channels: int
-  head_bias_init: float
-  patch_size: int | None = None
-  dropout_rate: float = 0.0
-  representation_size: int | None = None
-  pool: str = 'tok'
-  dtype: str = 'float32'
-  remat: bool = False
-
-  def __post_init__(self):
-    if self.dtype not in DTYPES:
-      raise ValueError(f'unknown model.dtype {self.dtype!r}; valid: {", ".join(DTYPES)}.')
-    if self.patch is None:   # decode_variant fails first on an unknown variant.
-      raise ValueError(f'model.variant={self.variant!r} names no patch size; set '
-                       'model.patch_size or use SIZE/PATCH (e.g. B/32).')
-    if self.patch < 1 or self.image_size % self.patch:
-      raise ValueError(f'patch size {self.patch} does not divide model.image_size='
-                       f'{self.image_size}; change model.patch_size (or the variant\'s /PATCH) '
-                       'or model.image_size.')
-    if self.pool not in POOLS:
-      raise ValueError(f'unknown model.pool {self.pool!r}; valid: {", ".join(POOLS)}.')
-    if self.num_classes < 1 or self.channels < 1:
-      raise ValueError(f'model.num_classes={self.num_classes} and model.channels={self.channels} '
-                       'must be >= 1.')
-    if not 0 <= self.dropout_rate < 1:
-      raise ValueError(f'model.dropout_rate must be in [0, 1), got {self.dropout_rate}.')
-
-  @property
-  def size(self) -> Size:
-    """Width, depth, MLP dim and heads of the variant."""
-    return SIZES[_VARIANT.match(self.variant)['size']]
-
-  @property
-  def patch(self) -> int | None:
-    """The patch size: model.patch_size, else the variant's."""
-    return self.patch_size or decode_variant(self.variant)['patch_size']
-
-  @property
-  def image_shape(self) -> tuple[int, int, int]:
-    """(H, W, C) of one input image."""
-    return (self.image_size, self.image_size, self.channels)
-
-  @property
-  def tokens_per_image(self) -> int:
-    """Patches of one image, plus the class token when pool = 'tok'."""
-    return (self.image_size // self.patch) ** 2 + (self.pool == 'tok')
 
 
 class MlpBlock(nn.Module):
@@ -183,7 +62,7 @@ class EncoderBlock(nn.Module):
   num_heads: int
   mlp_dim: int
   dropout_rate: float = 0.0
-  moe: moe_lib.MoeConfig | None = None
+  moe: moe_config.MoeConfig | None = None
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
@@ -220,7 +99,7 @@ class VisionTransformer(nn.Module):
   representation_size: int | None = None
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
-  moe: moe_lib.MoeConfig | None = None   # None: a dense model.
+  moe: moe_config.MoeConfig | None = None   # None: a dense model.
   dtype: jnp.dtype = jnp.float32         # Compute dtype of the encoder (ModelConfig.dtype).
   remat: bool = False                    # Recompute blocks in the backward pass (REMAT_POLICY).
 
@@ -238,14 +117,14 @@ class VisionTransformer(nn.Module):
                         (1,) + x.shape[1:])
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x + posemb.astype(self.dtype))
 
-    moe_layers = () if self.moe is None else moe_layer_indices(self.depth, self.moe.every,
-                                                                 self.moe.last)
+    moe_layers = () if self.moe is None else vit_config.moe_layer_indices(
+        self.depth, self.moe.every, self.moe.last)
     router_metrics, aux_loss = {}, jnp.zeros((), jnp.float32)
     # static_argnums counts the module: (self, x, train).
     block = nn.remat(EncoderBlock, policy=REMAT_POLICY, static_argnums=(2,)) if self.remat else (
         EncoderBlock)
     for i in range(self.depth):
-      name = block_name(i)
+      name = vit_config.block_name(i)
       x, metrics = block(
           self.num_heads, self.mlp_dim, self.dropout_rate,
           self.moe if i in moe_layers else None, self.dtype, name=name)(x, train)
@@ -269,7 +148,7 @@ class VisionTransformer(nn.Module):
     return logits, aux
 
 
-def build_model(model: ModelConfig, moe: moe_lib.MoeConfig) -> VisionTransformer:
+def build_model(model: vit_config.ModelConfig, moe: moe_config.MoeConfig) -> VisionTransformer:
   """The ViT of `model`, with MoE layers as `moe` places them (dense when moe.num_experts == 0);
   vmoe/train/experiment.py `parse` checked that they place at least one."""
   size = model.size

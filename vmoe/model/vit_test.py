@@ -7,23 +7,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmoe.model import moe as moe_lib
+from vmoe.model import moe_config
 from vmoe.model import vit
-from vmoe.routing import router as router_lib
+from vmoe.model import vit_config
+from vmoe.routing import router_config
 
 
 def make_config(variant='mu/4', router='softmax_ec', num_experts=4, c=1.0, num_classes=10,
                 image_size=8, channels=1, pool='tok', representation_size=None, noise_std=0.0,
                 loss_weight=0.0, group_size=2):
   """The model's sections of an experiment (loss, model, moe), typed as the trainer gets them."""
-  router_config = router_lib.RouterConfig(
+  router = router_config.RouterConfig(
       name=router, capacity_factor=c, noise_std=noise_std, importance_loss_weight=loss_weight,
       load_loss_weight=loss_weight, sinkhorn_iters=5, sparsity_steps=5)
   return types.SimpleNamespace(
       loss='softmax_xent',
-      model=vit.ModelConfig(variant, num_classes, image_size, channels, head_bias_init=-10.0,
-                            representation_size=representation_size, pool=pool),
-      moe=moe_lib.MoeConfig(num_experts, group_size, router_config if num_experts else None))
+      model=vit_config.ModelConfig(variant, num_classes, image_size, channels,
+                                   head_bias_init=-10.0,
+                                   representation_size=representation_size, pool=pool),
+      moe=moe_config.MoeConfig(num_experts, group_size, router if num_experts else None))
 
 
 def build(config) -> vit.VisionTransformer:
@@ -43,7 +45,7 @@ def count(params) -> int:
 
 def formula_params(config) -> int:
   """Parameters of a ViT / V-MoE written out term by term (biases included)."""
-  arch = vit.decode_variant(config.model.variant)
+  arch = vit_config.decode_variant(config.model.variant)
   d, f, p, depth = arch['width'], arch['mlp_dim'], arch['patch_size'], arch['depth']
   tokens = (config.model.image_size // p) ** 2 + (config.model.pool == 'tok')
   num_experts = config.moe.num_experts
@@ -60,8 +62,8 @@ def formula_params(config) -> int:
     moe = num_experts * mlp + d * num_experts * slots + 1
   else:                                              # Router kernel W (D, E), no bias.
     moe = num_experts * mlp + d * num_experts
-  num_moe = (len(vit.moe_layer_indices(depth, config.moe.every, config.moe.last)) if num_experts
-             else 0)
+  placed = vit_config.moe_layer_indices(depth, config.moe.every, config.moe.last)
+  num_moe = len(placed) if num_experts else 0
   blocks = depth * (attention + layer_norms) + (depth - num_moe) * mlp + num_moe * moe
   rep = config.model.representation_size
   pre_logits = d * rep + rep if rep else 0
@@ -70,19 +72,19 @@ def formula_params(config) -> int:
 
 
 def test_decode_variant():
-  assert vit.decode_variant('B/32') == {'width': 768, 'depth': 12, 'mlp_dim': 3072,
+  assert vit_config.decode_variant('B/32') == {'width': 768, 'depth': 12, 'mlp_dim': 3072,
                                         'num_heads': 12, 'patch_size': 32}
-  assert vit.decode_variant('L/16')['depth'] == 24
-  assert vit.decode_variant('S')['patch_size'] is None
+  assert vit_config.decode_variant('L/16')['depth'] == 24
+  assert vit_config.decode_variant('S')['patch_size'] is None
   for bad in ('Q/16', 'B-16', '', 'B/x'):
     with pytest.raises(ValueError, match='unknown ViT variant.*mu, XS, Ti, S, B, L'):
-      vit.decode_variant(bad)
+      vit_config.decode_variant(bad)
 
 
 def test_every2_indices():
-  assert vit.moe_layer_indices(12, 2) == (1, 3, 5, 7, 9, 11)
-  assert vit.moe_layer_indices(24, 2) == tuple(range(1, 24, 2))
-  assert vit.moe_layer_indices(4, 1) == (0, 1, 2, 3)
+  assert vit_config.moe_layer_indices(12, 2) == (1, 3, 5, 7, 9, 11)
+  assert vit_config.moe_layer_indices(24, 2) == tuple(range(1, 24, 2))
+  assert vit_config.moe_layer_indices(4, 1) == (0, 1, 2, 3)
 
 
 def test_vit_b16_matches_published_count():
@@ -122,7 +124,7 @@ def test_every_variant_shapes_at_224(variant):
                        channels=3, group_size=2)
   model = build(config)
   images = jax.ShapeDtypeStruct((2, 224, 224, 3), jnp.float32)
-  arch = vit.decode_variant(variant)
+  arch = vit_config.decode_variant(variant)
 
   def forward(x):
     variables = model.init(jax.random.PRNGKey(0), x)
@@ -134,7 +136,7 @@ def test_every_variant_shapes_at_224(variant):
   assert aux['pre_logits'].shape == (2, arch['width'])
   assert aux['encoded'].shape == (2, tokens, arch['width'])
   assert aux['aux_loss'].shape == ()
-  assert list(aux['router']) == [vit.block_name(i) for i in range(1, arch['depth'], 2)]
+  assert list(aux['router']) == [vit_config.block_name(i) for i in range(1, arch['depth'], 2)]
   assert all(m['expert_load'].shape == (32,) for m in aux['router'].values())
 
 
@@ -221,7 +223,7 @@ def test_bad_model_sections_fail_naming_the_key():
     make_config('mu/3', num_experts=0)
   with pytest.raises(ValueError, match='names no patch size'):
     make_config('mu', num_experts=0)
-  model = vit.ModelConfig('mu', 10, 8, 1, head_bias_init=0.0, patch_size=4)   # The override.
+  model = vit_config.ModelConfig('mu', 10, 8, 1, head_bias_init=0.0, patch_size=4)   # The override.
   assert vit.build_model(model, make_config(num_experts=0).moe).patch_size == 4
   with pytest.raises(ValueError, match="unknown model.pool 'max'"):
     make_config(pool='max')
@@ -233,30 +235,30 @@ def test_bad_model_sections_fail_naming_the_key():
 
 def vmoe_s32_config(**moe_changes):
   """V-MoE's S/32 at 224 px, 1000 classes, E = 8 softmax_tc at k = 2, c = 1.05 (its router)."""
-  router = router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
+  router = router_config.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
                                    capacity_rounding='ceil_multiple_of_4')
   return types.SimpleNamespace(
-      model=vit.ModelConfig('VMoE-S/32', 1000, 224, 3, head_bias_init=-np.log(1000),
+      model=vit_config.ModelConfig('VMoE-S/32', 1000, 224, 3, head_bias_init=-np.log(1000),
                             representation_size=512),
-      moe=moe_lib.MoeConfig(8, 8, router, **{'last': 2, **moe_changes}))
+      moe=moe_config.MoeConfig(8, 8, router, **{'last': 2, **moe_changes}))
 
 
 def test_vmoe_s_is_a_size_of_its_own_and_vit_s_is_unchanged():
   # V-MoE common.get_vmoe_config, variant 'S' (index 0): hidden 512, 8 layers, MLP 2048, 8 heads.
-  assert vit.decode_variant('VMoE-S/32') == {'width': 512, 'depth': 8, 'mlp_dim': 2048,
+  assert vit_config.decode_variant('VMoE-S/32') == {'width': 512, 'depth': 8, 'mlp_dim': 2048,
                                              'num_heads': 8, 'patch_size': 32}
-  assert vit.decode_variant('S/32') == {'width': 384, 'depth': 12, 'mlp_dim': 1536,
+  assert vit_config.decode_variant('S/32') == {'width': 384, 'depth': 12, 'mlp_dim': 1536,
                                         'num_heads': 6, 'patch_size': 32}
 
 
 def test_last_n_places_the_last_of_the_every_k_blocks():
   # V-MoE: range(1, num_layers, 2)[-where_num:] -> (1, 3, 5, 7)[-2:] = (5, 7) for 'Last 2' of 8.
-  assert vit.moe_layer_indices(8, 2, last=2) == (5, 7)
-  assert vit.moe_layer_indices(12, 2, last=3) == (7, 9, 11)
+  assert vit_config.moe_layer_indices(8, 2, last=2) == (5, 7)
+  assert vit_config.moe_layer_indices(12, 2, last=3) == (7, 9, 11)
   # last = 0 (the default) is Every-k, as before the key existed.
   for depth, every in ((8, 2), (12, 2), (4, 1)):
-    assert vit.moe_layer_indices(depth, every, 0) == tuple(range(every - 1, depth, every))
-  assert moe_lib.MoeConfig(4, 2, make_config().moe.router).last == 0
+    assert vit_config.moe_layer_indices(depth, every, 0) == tuple(range(every - 1, depth, every))
+  assert moe_config.MoeConfig(4, 2, make_config().moe.router).last == 0
 
 
 def test_vmoe_s32_parameters_are_counted_term_by_term():
@@ -276,7 +278,7 @@ def test_vmoe_s32_parameters_are_counted_term_by_term():
 def test_head_bias_minus_log_1000_starts_every_sigmoid_at_one_in_1001():
   # The head kernel starts at zero, so every logit is the bias -ln(1000): sigmoid = 1 / (1 + 1000),
   # V-MoE's prior of one positive class in 1000; the pre-logits are tanh of a Dense of width 512.
-  config = types.SimpleNamespace(model=vit.ModelConfig('mu/4', 1000, 8, 1, -np.log(1000),
+  config = types.SimpleNamespace(model=vit_config.ModelConfig('mu/4', 1000, 8, 1, -np.log(1000),
                                                        representation_size=512),
                                  moe=make_config().moe)
   apply, variables, images = _init(config)

@@ -1,5 +1,7 @@
-"""The routers (paper Sec. 2-3 and the routers published after it): affinities, allocations and
-the registry that composes them (registry.py), the paper's routers (router.py) and the others
-(lab_routers.py). May import base/ and itself; nothing else of vmoe/. names.py imports nothing,
-so that reporting code (results/) can read the routers' names without JAX.
+"""The routers (paper Sec. 2-3 and the routers published after it). Each router is a JAX-free
+declaration (declarations.py: name, title, allocation kind, presets, options; with
+router_config.py, capacity.py and user_module.py, what the configs and reporting read without
+JAX) and an implementation (router_spec.RouterSpec: the paper's in paper_routers.py, the others in
+lab_routers.py) that registry.py maps names to; router.py's Flax module runs them. May import
+base/ and itself; nothing else of vmoe/.
 """

@@ -240,6 +240,19 @@ class SolverReport(NamedTuple):
   fell_back: jax.Array
 
 
+def _check_solver_arguments(num_tokens: int, capacity: int, num_steps: int, memory_size: int,
+                            warm_start_iters: int) -> None:
+  """sparsity_constrained_with_info's arguments, each failing with what it needs."""
+  if not 1 <= capacity <= num_tokens:
+    raise ValueError(f'sparsity_constrained needs 1 <= capacity <= T={num_tokens}, got {capacity}.')
+  if num_steps < 0:
+    raise ValueError(f'sparsity_constrained needs num_steps >= 0, got {num_steps}.')
+  if memory_size < 1:
+    raise ValueError(f'sparsity_constrained needs memory_size >= 1, got {memory_size}.')
+  if warm_start_iters < 0:
+    raise ValueError(f'sparsity_constrained needs warm_start_iters >= 0, got {warm_start_iters}.')
+
+
 def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: int = 10,
                                    memory_size: int = 3, warm_start_iters: int = 0):
   """Sparsity-constrained OT plan (Liu et al. 2022) for routing, via its semi-dual.
@@ -285,14 +298,7 @@ def sparsity_constrained_with_info(scores: jax.Array, capacity: int, num_steps: 
     (T, E) float32 plan with at most `capacity` nonzeros per column, and its SolverReport.
   """
   num_tokens, num_experts = scores.shape
-  if not 1 <= capacity <= num_tokens:
-    raise ValueError(f'sparsity_constrained needs 1 <= capacity <= T={num_tokens}, got {capacity}.')
-  if num_steps < 0:
-    raise ValueError(f'sparsity_constrained needs num_steps >= 0, got {num_steps}.')
-  if memory_size < 1:
-    raise ValueError(f'sparsity_constrained needs memory_size >= 1, got {memory_size}.')
-  if warm_start_iters < 0:
-    raise ValueError(f'sparsity_constrained needs warm_start_iters >= 0, got {warm_start_iters}.')
+  _check_solver_arguments(num_tokens, capacity, num_steps, memory_size, warm_start_iters)
   scores_t = scores.astype(jnp.float32).T                # (E, T)
   column_mass = num_tokens / num_experts
   alpha, support, fell_back = _solve_semi_dual(

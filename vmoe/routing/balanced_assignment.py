@@ -24,13 +24,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-# The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities: the
-# assignment's total is within E C epsilon (max(a) - min(a)) of the optimum, a bound that random
-# problems beat by orders of magnitude (balanced_assignment_test.py checks 1e-4 of the optimum;
-# fairseq's 1/50 stops further from it). Under epsilon scaling the last tenfold costs few bids,
-# and it keeps small groups close to the optimum, where one larger epsilon is already a
-# sizeable share of the total (bench/auction.py measures both).
-EPSILON = 1e-4
+from vmoe.routing import declarations
+
+# The auction's epsilon, relative to the spread max(a) - min(a) of the group's affinities, and
+# its bound on the bids: BASE's options' defaults (declarations.py says why these values).
+EPSILON = declarations.AUCTION_EPSILON
 # Epsilon scaling: the auction first runs at START_EPSILON (relative, as EPSILON), then at each
 # tenth of it, down to EPSILON (the slots bid, on the problem made square). Near-ties between
 # tokens otherwise cost long wars of epsilon-sized bids. The schedule is chosen for few bids at
@@ -38,11 +36,7 @@ EPSILON = 1e-4
 # (bench/auction.py counts the bids).
 START_EPSILON = 3e-2
 EPSILON_FACTOR = 10
-# A bound on the bids, so that a step's time is bounded; a group that needs more keeps the slots
-# it filled, leaves the rest empty and says so in AuctionReport.unfilled. Skewed affinities (a
-# trained router's) need the most bids at c = 2; the bound leaves B/32's 800 slots room there
-# (bench/auction.py counts the bids).
-MAX_ITERS = 50_000
+MAX_ITERS = declarations.AUCTION_MAX_ITERS
 
 
 class AuctionReport(NamedTuple):
@@ -107,6 +101,50 @@ def balanced_assignment_slots(affinity: jax.Array, capacity: int, epsilon: float
   return _slots_bid(affinity, capacity, epsilon, spread, max_iters)
 
 
+def _square(affinity, capacity: int):
+  """The auction's problem made square (see _slots_bid): values (R, n) of the R rows (the E
+  experts, and a drop row when E C < T) for the n = max(T, E C) tokens (placeholders when
+  E C > T), and each row's slots (R,)."""
+  num_tokens, num_experts = affinity.shape
+  num_slots = num_experts * capacity
+  value = affinity.T                                                        # (E, T)
+  row_capacity = [capacity] * num_experts
+  if num_tokens > num_slots:                                                # The drop row.
+    value = jnp.concatenate([value, jnp.full((1, num_tokens), jnp.min(affinity))], axis=0)
+    row_capacity.append(num_tokens - num_slots)
+  elif num_slots > num_tokens:                                              # Placeholders.
+    value = jnp.concatenate(
+        [value, jnp.full((num_experts, num_slots - num_tokens), jnp.min(affinity))], axis=1)
+  return value, jnp.array(row_capacity, jnp.int32)
+
+
+def _slots_held(owner, bids, num_tokens: int, num_experts: int, capacity: int):
+  """slot_token (E, C) of the real tokens each expert holds (in token order, T for an empty
+  slot), and the AuctionReport."""
+  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
+  rows = jnp.arange(num_experts, dtype=jnp.int32)
+  held = owner[None, :num_tokens] == rows[:, None]                          # (E, T): real tokens.
+  negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
+  placements = min(num_tokens, num_experts * capacity)
+  return -negated, AuctionReport(bids, placements - jnp.sum(held, dtype=jnp.int32))
+
+
+# Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
+# hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is
+# worth w_r - epsilon (w_r the second best), so no unheld token is worth more than it plus
+# epsilon, and either the lowest held token is below that (the exceptions lose the won token, u_r
+# loses one) or it is the won token (none are left). Losing a token frees a slot and adds one
+# exception; other rows' bids only lower the values of tokens r does not hold. A phase starts
+# sound: a kept token is worth at least r's best unheld value minus the new epsilon, a freed one
+# less. When every slot is filled (u_r = 0) no unheld token is worth more than r's lowest held
+# value m_r plus epsilon; raising each held token's price to a[j, r] - m_r gives prices under
+# which every slot's token is within epsilon of its best: epsilon-complementary slackness, so the
+# total is within n epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
+# optimum. Each phase stops: a bought token stays bought, so some token q stays unheld while a
+# slot is free, at its price at the phase's start; a bid never prices a token above
+# p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
+# price by >= epsilon. max_iters caps the bids over all phases (a phase cut short frees nothing
+# after it).
 def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   """The slots bid for the tokens, with epsilon scaling, on the problem made square: n slots for
   n = max(T, E C) tokens.
@@ -121,37 +159,13 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
   run this at decreasing epsilons (`epsilon_schedule`); between phases each row keeps the tokens
   worth at least its best unheld value minus the next epsilon and frees the rest, and the prices
   stay (valid on a square problem).
-
-  Why it is right: call row r's state sound if at most u_r (its free slots) tokens it does not
-  hold are worth more than its lowest held token plus epsilon. A bid keeps it: the won token is
-  worth w_r - epsilon (w_r the second best), so no unheld token is worth more than it plus
-  epsilon, and either the lowest held token is below that (the exceptions lose the won token, u_r
-  loses one) or it is the won token (none are left). Losing a token frees a slot and adds one
-  exception; other rows' bids only lower the values of tokens r does not hold. A phase starts
-  sound: a kept token is worth at least r's best unheld value minus the new epsilon, a freed one
-  less. When every slot is filled (u_r = 0) no unheld token is worth more than r's lowest held
-  value m_r plus epsilon; raising each held token's price to a[j, r] - m_r gives prices under
-  which every slot's token is within epsilon of its best: epsilon-complementary slackness, so the
-  total is within n epsilon_last (max(a) - min(a)) = E C epsilon (max(a) - min(a)) of the
-  optimum. Each phase stops: a bought token stays bought, so some token q stays unheld while a
-  slot is free, at its price at the phase's start; a bid never prices a token above
-  p_q + max(a) - min(a) + epsilon (its second best is at least q's value), and each raises a
-  price by >= epsilon. max_iters caps the bids over all phases (a phase cut short frees nothing
-  after it).
+  The proof that it is right is the comment above.
   """
   num_tokens, num_experts = affinity.shape
   num_slots = num_experts * capacity
   num_bidden = max(num_tokens, num_slots)                                   # n.
-  value = affinity.T                                                        # (E, T)
-  row_capacity = [capacity] * num_experts
-  if num_tokens > num_slots:                                                # The drop row.
-    value = jnp.concatenate([value, jnp.full((1, num_tokens), jnp.min(affinity))], axis=0)
-    row_capacity.append(num_tokens - num_slots)
-  elif num_slots > num_tokens:                                              # Placeholders.
-    value = jnp.concatenate(
-        [value, jnp.full((num_experts, num_slots - num_tokens), jnp.min(affinity))], axis=1)
-  num_rows = len(row_capacity)
-  row_capacity = jnp.array(row_capacity, jnp.int32)                         # (R,)
+  value, row_capacity = _square(affinity, capacity)                         # (R, n) (R,)
+  num_rows = row_capacity.shape[0]
   rows = jnp.arange(num_rows, dtype=jnp.int32)
 
   def bid(state, eps):
@@ -183,11 +197,7 @@ def _slots_bid(affinity, capacity: int, epsilon: float, spread, max_iters: int):
       state = free_unsound(state, eps)
     state = jax.lax.while_loop(bidding, lambda s, eps=eps: bid(s, eps), state)
   _, owner, _, bids = state
-  tokens = jnp.arange(num_tokens, dtype=jnp.int32)
-  held = owner[None, :num_tokens] == rows[:num_experts, None]               # (E, T): real tokens.
-  negated, _ = jax.lax.top_k(jnp.where(held, -tokens, -num_tokens), capacity)   # (E, C)
-  placements = min(num_tokens, num_slots)
-  return -negated, AuctionReport(bids, placements - jnp.sum(held, dtype=jnp.int32))
+  return _slots_held(owner, bids, num_tokens, num_experts, capacity)
 
 
 def combine_scores(logits: jax.Array) -> jax.Array:

@@ -1,5 +1,6 @@
-"""Five routers published after the paper, each one registry entry (docs/fidelity.md, "Routers
-after the paper", traces every default; docs/routers.md explains the entries).
+"""Five routers published after the paper, each one RouterSpec (docs/fidelity.md, "Routers after
+the paper", traces every default; docs/routers.md explains the entries). Their titles and option
+defaults are their declarations' (declarations.py).
 
 Axis letters: g = routing group, s = token of a group (T), e = expert, c = buffer slot.
 
@@ -30,8 +31,9 @@ import jax.numpy as jnp
 from vmoe.routing import allocation
 from vmoe.routing import balanced_assignment
 from vmoe.routing import fixed_routing
-from vmoe.routing import names
-from vmoe.routing import registry
+from vmoe.routing import declarations
+from vmoe.routing import paper_routers
+from vmoe.routing import router_spec
 from vmoe.routing import sigmoid_gate
 from vmoe.routing import top_p
 
@@ -39,13 +41,13 @@ def _k(config) -> int:
   return config.experts_per_token
 
 
-def _sigmoid_choice(inputs: registry.GroupInputs):
+def _sigmoid_choice(inputs: router_spec.GroupInputs):
   options = inputs.config.options
   return sigmoid_gate.choice_scores(inputs.logits, inputs.state.get('bias'), options['n_groups'],
                                     options['topk_groups']), None
 
 
-def _sigmoid_combine(inputs: registry.GroupInputs, scores):
+def _sigmoid_combine(inputs: router_spec.GroupInputs, scores):
   """The unbiased s at the experts that `scores` (biased, group-limited: what dispatched) chose,
   normalised over them and scaled, as DeepSeek-V3's `Gate`."""
   return sigmoid_gate.combine_weights(inputs.logits, scores, _k(inputs.config),
@@ -53,7 +55,7 @@ def _sigmoid_combine(inputs: registry.GroupInputs, scores):
 
 
 def _check_sigmoid(config, num_tokens, num_experts):
-  registry.check_token_choice(config, num_tokens, num_experts)
+  paper_routers.check_token_choice(config, num_tokens, num_experts)
   if num_experts is not None:
     options = config.options
     sigmoid_gate.check_groups(num_experts, config.experts_per_token, options['n_groups'],
@@ -65,7 +67,7 @@ def _zero_bias(rng, dim, num_experts, config):
   return {'bias': jnp.zeros((num_experts,), jnp.float32)}
 
 
-def _load_statistics(inputs: registry.GroupInputs, scores, slot_token):
+def _load_statistics(inputs: router_spec.GroupInputs, scores, slot_token):
   del slot_token   # Counted from the requests, before any token is dropped.
   return {'load': sigmoid_gate.requested_load(scores, _k(inputs.config))}
 
@@ -75,7 +77,7 @@ def _bias_update(state, statistics, config):
                                            config.options['bias_update_rate'])}
 
 
-def _logits(inputs: registry.GroupInputs):
+def _logits(inputs: router_spec.GroupInputs):
   """The logits themselves: BASE's affinity (the raw dot products x W), and random_tc's (top-k
   of x W0 equals top-k of its softmax)."""
   return inputs.logits, None
@@ -87,7 +89,7 @@ def _assignment_slots(scores, capacity, config):
   return slot_token
 
 
-def _assignment_extras(batch: registry.BatchRouting):
+def _assignment_extras(batch: router_spec.BatchRouting):
   """No loss; `assignment_unfilled`, the share of the min(T, E C) placements a full assignment
   makes that are missing: an auction stopped by its bound (auction_max_iters) leaves some. (In
   evaluation, BASE's greedy top-1 misses those its full buffers drop.)"""
@@ -112,7 +114,7 @@ def _topp_slots(scores, capacity, config):
                                        _topp_choices(scores, config))
 
 
-def _topp_extras(batch: registry.BatchRouting):
+def _topp_extras(batch: router_spec.BatchRouting):
   """Huang et al.'s auxiliary losses, averaged over groups: their dynamic (entropy) loss and
   their balance loss E sum_e f_e Q_e, with f from the top-p choices, of the clean logits; and
   the router's metrics (experts a token asks for, the share of requests dropped)."""
@@ -129,7 +131,7 @@ def _topp_extras(batch: registry.BatchRouting):
   return loss, top_p.routing_metrics(choices, batch.slot_token, batch.logits.shape[1])
 
 
-def _probs(inputs: registry.GroupInputs):
+def _probs(inputs: router_spec.GroupInputs):
   return inputs.probs, None
 
 
@@ -139,40 +141,30 @@ def _frozen_kernel(rng, dim, num_experts, config):
   return {'kernel': nn.initializers.lecun_normal()(rng, (dim, num_experts))}
 
 
-def _uniform_combine(inputs: registry.GroupInputs, scores):
+def _uniform_combine(inputs: router_spec.GroupInputs, scores):
   del scores
   return fixed_routing.uniform_combine_scores(inputs.logits, _k(inputs.config))
 
 
-# DeepSeek-V3's expert groups and route scale, at the defaults that make its gate the plain
-# sigmoid gate (its published configs: 8 groups, 4 kept, scale 2.5; docs/fidelity.md).
-_GATE_OPTIONS = {'n_groups': 1, 'topk_groups': 1, 'route_scale': 1.0}
 _SIGMOID = dict(affinity=_sigmoid_choice,
-                allocation=registry.Allocation(names.TOKEN_CHOICE, registry.TOKEN_CHOICE.slots,
-                                               _check_sigmoid),
+                allocation=router_spec.Allocation(declarations.TOKEN_CHOICE,
+                                                  paper_routers.TOKEN_CHOICE.slots, _check_sigmoid),
                 combine=_sigmoid_combine)
 ROUTERS = {
-    'sigmoid_tc': registry.RouterSpec(**_SIGMOID, options=_GATE_OPTIONS,
-                                      title=names.TITLES['sigmoid_tc']),
-    'lossfree_tc': registry.RouterSpec(
-        **_SIGMOID, options={**_GATE_OPTIONS, 'bias_update_rate': sigmoid_gate.BIAS_UPDATE_RATE},
-        state=registry.RouterState(_zero_bias, _load_statistics, _bias_update),
-        title=names.TITLES['lossfree_tc']),
-    'base': registry.RouterSpec(
-        _logits, registry.Allocation(
-            names.BALANCED_ASSIGNMENT, _assignment_slots,
-            in_evaluation=registry.Allocation(names.TOKEN_CHOICE, _top1_slots)),
+    'sigmoid_tc': router_spec.RouterSpec(**_SIGMOID),
+    'lossfree_tc': router_spec.RouterSpec(
+        **_SIGMOID, state=router_spec.RouterState(_zero_bias, _load_statistics, _bias_update)),
+    'base': router_spec.RouterSpec(
+        _logits, router_spec.Allocation(
+            declarations.BALANCED_ASSIGNMENT, _assignment_slots,
+            in_evaluation=router_spec.Allocation(declarations.TOKEN_CHOICE, _top1_slots)),
         combine=lambda inputs, scores: balanced_assignment.combine_scores(inputs.logits),
-        options={'auction_epsilon': balanced_assignment.EPSILON,
-                 'auction_max_iters': balanced_assignment.MAX_ITERS},
-        extras=_assignment_extras, title=names.TITLES['base']),
-    'topp_tc': registry.RouterSpec(
-        _probs, registry.Allocation(names.TOKEN_CHOICE, _topp_slots,
-                                    registry.check_token_choice),
-        combine=lambda inputs, scores: inputs.probs,
-        options={'top_p': top_p.TOP_P, 'dynamic_loss_weight': 1e-4, 'balance_loss_weight': 1e-2},
-        extras=_topp_extras, title=names.TITLES['topp_tc']),
-    'random_tc': registry.RouterSpec(
-        _logits, registry.TOKEN_CHOICE, combine=_uniform_combine,
-        state=registry.RouterState(_frozen_kernel), title=names.TITLES['random_tc']),
+        extras=_assignment_extras),
+    'topp_tc': router_spec.RouterSpec(
+        _probs, router_spec.Allocation(declarations.TOKEN_CHOICE, _topp_slots,
+                                       paper_routers.check_token_choice),
+        combine=lambda inputs, scores: inputs.probs, extras=_topp_extras),
+    'random_tc': router_spec.RouterSpec(
+        _logits, paper_routers.TOKEN_CHOICE, combine=_uniform_combine,
+        state=router_spec.RouterState(_frozen_kernel)),
 }

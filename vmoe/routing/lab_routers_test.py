@@ -12,6 +12,7 @@ import pytest
 
 from testing import reference_routers as ref
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
 
 route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2), static_argnames='train')
 
@@ -30,7 +31,7 @@ def test_lossfree_combine_weighs_the_experts_its_bias_chose():
   # 0.55), so k = 2 takes experts 1 and 2, weighed by their unbiased s over its sum 1.0: 0.75 and
   # 0.25, as DeepSeek-V3's Gate (the bug weighed them over the unbiased top 2: 0.6 and 0.2).
   logits = jnp.array([[0.0, math.log(3.0), -math.log(3.0)]])
-  config = router_lib.RouterConfig('lossfree_tc', 2)
+  config = router_config.RouterConfig('lossfree_tc', 2)
   slot_token, slot_weight, _ = route_group(logits, config, 1,
                                            state={'bias': jnp.array([0.0, 0.0, 0.3])})
   np.testing.assert_allclose(_dense_weights(slot_token, slot_weight, 1), [[0.0, 0.75, 0.25]],
@@ -59,7 +60,7 @@ def test_grouped_gate_equals_deepseek_v3s(name, k):
   logits = rng.normal(size=(num_tokens, num_experts))
   bias = 0.2 * rng.normal(size=num_experts) if name == 'lossfree_tc' else None
   options = {'n_groups': 4, 'topk_groups': 2, 'route_scale': 2.5}
-  config = router_lib.RouterConfig(name, k, options=options)
+  config = router_config.RouterConfig(name, k, options=options)
   state = None if bias is None else {'bias': jnp.asarray(bias, jnp.float32)}
   slot_token, slot_weight, _ = route_group(jnp.asarray(logits, jnp.float32), config, num_tokens,
                                            state=state)
@@ -84,9 +85,9 @@ def test_grouped_gate_equals_deepseek_v3s(name, k):
     ({'route_scale': 0.0}, 'route_scale must be > 0'),
 ])
 def test_gate_options_are_checked_saying_what_to_change(options, message):
-  config = router_lib.RouterConfig('sigmoid_tc', 4, options=options)
+  config = router_config.RouterConfig('sigmoid_tc', 4, options=options)
   with pytest.raises(ValueError, match=message):
-    config.check_shape(32, 8)
+    router_lib.check_allocations(config, 32, 8)
 
 
 def _router_outputs(config, num_experts, x, state=None):
@@ -111,7 +112,7 @@ def test_top_p_losses_and_metrics_by_value():
   # G = 2 groups of 16 tokens, E = 4, k_max = 2, p = 0.4. Huang et al.: the dynamic loss is the
   # mean entropy of softmax(logits); the balance loss E sum_e f_e Q_e, f_e the share of tokens
   # choosing e (their fewest experts past p), Q_e the mean probability. Weights 1e-4 and 1e-2.
-  config = router_lib.RouterConfig('topp_tc', 2)
+  config = router_config.RouterConfig('topp_tc', 2)
   x = 2.0 * jax.random.normal(jax.random.PRNGKey(0), (2, 16, 8))
   route, metrics, logits = _router_outputs(config, 4, x)
   probs = _softmax(logits)
@@ -137,7 +138,7 @@ def test_top_p_losses_and_metrics_by_value():
 def test_assignment_unfilled_counts_the_missing_placements(max_iters):
   # T = 16 tokens, E = 4 experts, c = 1: C = 4, E C = T, so a full assignment places all 16.
   # An auction stopped after max_iters bids has placed fewer: the metric is the share missing.
-  config = router_lib.RouterConfig('base', 1, options={'auction_max_iters': max_iters})
+  config = router_config.RouterConfig('base', 1, options={'auction_max_iters': max_iters})
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))
   route, metrics, _ = _router_outputs(config, 4, x)
   placed = np.sum(np.asarray(route.slot_token) < 16, axis=(1, 2))                 # (G,)
@@ -151,7 +152,7 @@ def test_assignment_unfilled_counts_the_missing_placements(max_iters):
 
 
 def test_a_router_state_reports_its_range():
-  config = router_lib.RouterConfig('lossfree_tc', 1)
+  config = router_config.RouterConfig('lossfree_tc', 1)
   bias = jnp.array([0.02, -0.01, 0.005, 0.0])
   _, metrics, _ = _router_outputs(config, 4, jax.random.normal(jax.random.PRNGKey(0),
                                                                (2, 8, 8)), {'bias': bias})

@@ -1,38 +1,67 @@
-"""The paper's routers (Sec. 2-3), each one literal RouterSpec: an affinity composed with an
-allocation, with the presets the paper configs give it (docs/fidelity.md traces each), and
-sparsity_tc, the sparsity-constrained affinity with token choice (any affinity composes with any
-sparse allocation). lab_routers.py writes the routers published after the paper the same way.
+"""The paper's routers (Sec. 2-3): its allocations (Algorithms 1 and 2, and Soft MoE's), and each
+router one literal RouterSpec, an affinity composed with an allocation. sparsity_tc composes the
+sparsity-constrained affinity with token choice (any affinity composes with any sparse
+allocation). lab_routers.py writes the routers published after the paper the same way; each
+router's title, presets and options are its declaration's (declarations.py).
 
 Axis letters: s = token of a group (T = S in the paper's notation), e = expert.
 
-Presets. V-MoE's router noise, std noise_std / E with noise_std = 1.0 ("Actually, it's 1.0 /
-num_experts"), for the softmax and Sinkhorn routers: the paper's softmax affinity is softmax(X W +
-sigma eps) for Softmax Token and Expert Choice (eq. softmax-affinity), and the reference's
-expert-choice and Sinkhorn routers default to the same noise (vmoe/nn/routing.py). Only Softmax
-Token Choice needs balancing losses (Sec. 3.1, Appendix A): importance and load losses of weight
-0.005 each (V-MoE common.get_vmoe_config); Sinkhorn (Sec. 3.2: "eliminate the need for auxiliary
-losses"), expert choice (balanced by construction) and Soft MoE use neither. The reference's
-token-choice Sinkhorn (KL-projection) router combines with the softmax of the clean logits
-(vmoe/projects/sparsity_constrained_ot/kl_projection_routing.py, `gates_softmax_noisy =
-jax.nn.softmax(gates_logits)`); its other routers with the noisy softmax (docs/fidelity.md, D5).
-The combine of every router here is the paper's (registry.paper_combine).
+The combine of every router here is the paper's (router_spec.paper_combine).
 """
 from vmoe.routing import affinity
-from vmoe.routing import names
-from vmoe.routing import registry
+from vmoe.routing import allocation
+from vmoe.routing import declarations
+from vmoe.routing import router_spec
 
 
-def softmax_scores(inputs: registry.GroupInputs):
+def check_token_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
+  """Token choice takes k experts per token, k <= E: config.experts_per_token, which is the
+  capacity factor (then an integer) unless num_selected_experts sets k apart."""
+  del num_tokens
+  key = 'moe.router.capacity_factor'
+  if config.num_selected_experts is None and int(config.capacity_factor) != config.capacity_factor:
+    raise ValueError(f'router {config.name}: token choice uses capacity_factor as k, the number '
+                     f'of experts per token, which must be an integer; got '
+                     f'{config.capacity_factor} ({key}).')
+  if config.num_selected_experts is not None:
+    key = 'moe.router.num_selected_experts'
+  k = config.experts_per_token
+  if num_experts is not None and k > num_experts:
+    raise ValueError(f'router {config.name} selects k={k} experts per token but only '
+                     f'E={num_experts} experts exist; lower k ({key}) or raise moe.num_experts.')
+
+
+def check_expert_choice(config, num_tokens: int | None, num_experts: int | None) -> None:
+  """An expert choosing its top C tokens needs C <= T, in training and in evaluation."""
+  if num_tokens is not None and num_experts is not None:
+    for train in (True, False):
+      allocation.check_expert_choice_capacity(config.capacity(num_tokens, num_experts, train),
+                                              num_tokens)
+
+
+TOKEN_CHOICE = router_spec.Allocation(
+    declarations.TOKEN_CHOICE,
+    lambda scores, capacity, config: allocation.token_choice_slots(
+        scores, capacity, config.experts_per_token),
+    check_token_choice)
+EXPERT_CHOICE = router_spec.Allocation(
+    declarations.EXPERT_CHOICE,
+    lambda scores, capacity, config: allocation.expert_choice_slots(scores, capacity),
+    check_expert_choice)
+SOFT = router_spec.Allocation(declarations.SOFT_ALLOCATION, None)
+
+
+def softmax_scores(inputs: router_spec.GroupInputs):
   """Pi_softmax = softmax(X W) itself (with the training noise where drawn)."""
   return inputs.probs, None
 
 
-def sinkhorn_scores(inputs: registry.GroupInputs):
+def sinkhorn_scores(inputs: router_spec.GroupInputs):
   """The entropic OT plan of the logits toward balanced marginals (Sec. 3.2)."""
   return affinity.sinkhorn(inputs.logits, inputs.config.sinkhorn_iters), None
 
 
-def sparsity_constrained_scores(inputs: registry.GroupInputs):
+def sparsity_constrained_scores(inputs: router_spec.GroupInputs):
   """The sparsity-constrained OT plan of the utility softmax(X W) (Sec. 3.3), and its solver's
   report."""
   config = inputs.config
@@ -42,22 +71,12 @@ def sparsity_constrained_scores(inputs: registry.GroupInputs):
                                                  warm_start_iters=config.sparsity_warm_start)
 
 
-NOISE = {'noise_std': 1.0}
-BALANCING_LOSSES = {'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
-
-
-def _spec(name: str, scores, allocation: registry.Allocation, **presets) -> registry.RouterSpec:
-  return registry.RouterSpec(scores, allocation, presets=presets, title=names.TITLES[name])
-
-
 ROUTERS = {
-    'softmax_tc': _spec('softmax_tc', softmax_scores, registry.TOKEN_CHOICE, **NOISE,
-                        **BALANCING_LOSSES),
-    'sinkhorn_tc': _spec('sinkhorn_tc', sinkhorn_scores, registry.TOKEN_CHOICE, **NOISE,
-                         noisy_combine=False),
-    'sparsity_tc': _spec('sparsity_tc', sparsity_constrained_scores, registry.TOKEN_CHOICE),
-    'softmax_ec': _spec('softmax_ec', softmax_scores, registry.EXPERT_CHOICE, **NOISE),
-    'sinkhorn_ec': _spec('sinkhorn_ec', sinkhorn_scores, registry.EXPERT_CHOICE, **NOISE),
-    'sparsity_ec': _spec('sparsity_ec', sparsity_constrained_scores, registry.EXPERT_CHOICE),
-    'soft_moe': _spec('soft_moe', None, registry.SOFT),
+    'softmax_tc': router_spec.RouterSpec(softmax_scores, TOKEN_CHOICE),
+    'sinkhorn_tc': router_spec.RouterSpec(sinkhorn_scores, TOKEN_CHOICE),
+    'sparsity_tc': router_spec.RouterSpec(sparsity_constrained_scores, TOKEN_CHOICE),
+    'softmax_ec': router_spec.RouterSpec(softmax_scores, EXPERT_CHOICE),
+    'sinkhorn_ec': router_spec.RouterSpec(sinkhorn_scores, EXPERT_CHOICE),
+    'sparsity_ec': router_spec.RouterSpec(sparsity_constrained_scores, EXPERT_CHOICE),
+    'soft_moe': router_spec.RouterSpec(None, SOFT),
 }

@@ -35,6 +35,7 @@ from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import registry
 from vmoe.routing import router
+from vmoe.routing import router_config
 from vmoe.routing import soft
 
 T, E, GROUPS = 24, 8, 4      # Random groups: T tokens, E experts, GROUPS groups per case.
@@ -75,7 +76,7 @@ def route(logits, config, capacity=None, state=None, train=True) -> list[ref.Rou
 
 
 def config_of(name, factor, **kwargs):
-  return router.RouterConfig(name=name, capacity_factor=factor, **kwargs)
+  return router_config.RouterConfig(name=name, capacity_factor=factor, **kwargs)
 
 
 def assert_routing(got: ref.Routing, expected: ref.Routing, experts=None, rtol=COMBINE_RTOL):

@@ -8,11 +8,12 @@ import pytest
 
 from vmoe.routing import affinity
 from vmoe.routing import allocation
-from vmoe.routing import lab_routers
-from vmoe.routing import names
+from vmoe.routing import declarations
 from vmoe.routing import paper_routers
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
+from vmoe.routing import router_spec
 
 # Jitted (a RouterConfig is hashable): run eagerly, every operation of a router compiles on its own.
 route_group = jax.jit(router_lib.route_group, static_argnums=(1, 2))
@@ -24,59 +25,70 @@ def test_registry_has_the_paper_routers_and_rejects_unknown_names():
                                        'sinkhorn_tc.*router_module=PATH'):
     registry.get('sinkhorn')
   with pytest.raises(ValueError, match='unknown router'):
-    router_lib.RouterConfig(name='top2', capacity_factor=1)
+    router_config.RouterConfig(name='top2', capacity_factor=1)
 
 
-def test_paper_specs_compose_names_tables_pieces_and_their_presets():
-  # The paper's routers are names.py's JAX-free table, each an affinity and an allocation.
-  assert router_lib.PAPER_ROUTERS is names.PAPER_ROUTERS
+def test_paper_specs_compose_an_affinity_and_an_allocation_of_their_declared_kind():
   affinities = {'softmax': paper_routers.softmax_scores, 'sinkhorn': paper_routers.sinkhorn_scores,
-                'sparsity_constrained': paper_routers.sparsity_constrained_scores, None: None}
-  allocations = {a.kind: a for a in (registry.TOKEN_CHOICE, registry.EXPERT_CHOICE, registry.SOFT)}
-  assert set(paper_routers.ROUTERS) == set(names.ROUTERS)
-  for name, (affinity_name, allocation_kind) in names.ROUTERS.items():
-    spec = router_lib.ROUTERS[name]
-    assert spec is paper_routers.ROUTERS[name]
-    assert spec.affinity is affinities[affinity_name]
-    assert spec.allocation is allocations[allocation_kind]
-  # Presets are fields of the spec (docs/fidelity.md traces each).
-  assert router_lib.ROUTERS['softmax_tc'].presets == {
+                'sparsity': paper_routers.sparsity_constrained_scores, 'soft': None}
+  allocations = {a.kind: a for a in (paper_routers.TOKEN_CHOICE, paper_routers.EXPERT_CHOICE,
+                                     paper_routers.SOFT)}
+  assert set(router_lib.PAPER_ROUTERS) | {'sparsity_tc'} == set(paper_routers.ROUTERS)
+  for name, spec in paper_routers.ROUTERS.items():
+    assert spec is router_lib.ROUTERS[name]
+    assert spec.affinity is affinities[name.split('_')[0]]
+    assert spec.allocation is allocations[declarations.get(name).allocation]
+  # Every built-in router is declared once and implemented once, of the declared kind.
+  assert registry.BUILT_IN == set(declarations.BUILT_IN)
+  for name, spec in registry.ROUTERS.items():
+    assert spec.allocation.kind == declarations.get(name).allocation
+  # Presets are the declaration's (docs/fidelity.md traces each).
+  assert declarations.get('softmax_tc').presets == {
       'noise_std': 1.0, 'importance_loss_weight': 0.005, 'load_loss_weight': 0.005}
-  assert router_lib.ROUTERS['sinkhorn_tc'].presets == {'noise_std': 1.0, 'noisy_combine': False}
-  assert router_lib.ROUTERS['sparsity_ec'].presets == {} == router_lib.ROUTERS['soft_moe'].presets
-  # names.py's JAX-free tables (results/ reads them) agree with the registry: the five routers
-  # after the paper, their allocation kinds, and every built-in router's title.
-  assert set(lab_routers.ROUTERS) == set(names.LAB_ROUTERS)
-  for name, kind in names.LAB_ROUTERS.items():
-    assert router_lib.ROUTERS[name].allocation.kind == kind == names.allocation_of(name)
-  for name in (*names.ROUTERS, *names.LAB_ROUTERS):
-    assert router_lib.ROUTERS[name].title == names.TITLES[name]
+  assert declarations.get('sinkhorn_tc').presets == {'noise_std': 1.0, 'noisy_combine': False}
+  assert declarations.get('sparsity_ec').presets == {} == declarations.get('soft_moe').presets
   with pytest.raises(ValueError, match='affinity exactly when its allocation has slots'):
-    registry.RouterSpec(None, registry.EXPERT_CHOICE)
+    router_spec.RouterSpec(None, paper_routers.EXPERT_CHOICE)
   with pytest.raises(ValueError, match='affinity exactly when'):
-    registry.RouterSpec(paper_routers.softmax_scores, registry.SOFT)
+    router_spec.RouterSpec(paper_routers.softmax_scores, paper_routers.SOFT)
   with pytest.raises(ValueError, match='taken by this repository'):
-    registry.register('softmax_tc', registry.RouterSpec(paper_routers.sinkhorn_scores,
-                                                          registry.TOKEN_CHOICE))
+    registry.register('softmax_tc', router_spec.RouterSpec(paper_routers.sinkhorn_scores,
+                                                           paper_routers.TOKEN_CHOICE))
+  with pytest.raises(ValueError, match='taken by this repository'):
+    declarations.declare(declarations.RouterDeclaration('dense', 'Mine', 'token_choice'))
+
+
+def test_a_spec_must_allocate_by_its_declared_kind(monkeypatch):
+  monkeypatch.setitem(declarations.DECLARED, 'mine_ec', declarations.RouterDeclaration(
+      'mine_ec', 'Mine', declarations.EXPERT_CHOICE))
+  with pytest.raises(ValueError, match="declared with allocation 'expert_choice' but its spec "
+                                       "allocates by 'token_choice'"):
+    registry.register('mine_ec', router_spec.RouterSpec(paper_routers.softmax_scores,
+                                                        paper_routers.TOKEN_CHOICE))
+  with pytest.raises(ValueError, match='unknown router'):   # Registered only once declared.
+    registry.register('undeclared', router_spec.RouterSpec(paper_routers.softmax_scores,
+                                                           paper_routers.TOKEN_CHOICE))
 
 
 @pytest.mark.parametrize('field,replacement', [
     ('eval_allocation', 'in_evaluation'), ('loss', 'extras='), ('metrics', 'extras='),
-    ('frozen_kernel', "RouterState\\(init returning {'kernel'")])
+    ('frozen_kernel', "RouterState\\(init returning {'kernel'"),
+    ('presets', "presets in the router's declaration"), ('title', "title in the router's")])
 def test_a_spec_of_the_old_form_names_the_field_to_change(field, replacement):
   with pytest.raises(ValueError, match=f"no field '{field}' any more: give .*{replacement}"):
-    registry.RouterSpec(paper_routers.softmax_scores, registry.TOKEN_CHOICE, **{field: None})
+    router_spec.RouterSpec(paper_routers.softmax_scores, paper_routers.TOKEN_CHOICE,
+                           **{field: None})
 
 
 def _inputs(logits, config, capacity=2, state=None):
-  return registry.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
+  return router_spec.GroupInputs(logits, logits, affinity.softmax(logits), capacity, config,
                               state or {}, True)
 
 
 def test_registry_entries_compute_their_affinity():
   # logits (3 tokens, 2 experts); softmax rows: [e^1, 1] / (e + 1) = [0.731059, 0.268941], ...
   logits = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
-  config = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, sinkhorn_iters=3)
+  config = router_config.RouterConfig(name='sinkhorn_ec', capacity_factor=1, sinkhorn_iters=3)
   scores, report = paper_routers.softmax_scores(_inputs(logits, config))
   np.testing.assert_allclose(scores[0], [0.731059, 0.268941], rtol=1e-5)
   assert report is None
@@ -84,12 +96,14 @@ def test_registry_entries_compute_their_affinity():
   np.testing.assert_array_equal(scores, affinity.sinkhorn(logits, 3))
 
 
-def test_a_new_router_is_one_registry_entry(monkeypatch):
+def test_a_new_router_is_one_declaration_and_one_registry_entry(monkeypatch):
   # 'reversed' prefers the experts softmax ranks last; expert choice then takes, per expert, the
   # C = round(4 / 2) = 2 tokens with the LOWEST softmax score for it.
-  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', registry.RouterSpec(
-      lambda inputs: (1.0 - inputs.probs, None), registry.EXPERT_CHOICE))
-  config = router_lib.RouterConfig(name='reversed_ec', capacity_factor=1)
+  monkeypatch.setitem(declarations.DECLARED, 'reversed_ec', declarations.RouterDeclaration(
+      'reversed_ec', 'Reversed Expert Choice', declarations.EXPERT_CHOICE))
+  monkeypatch.setitem(router_lib.ROUTERS, 'reversed_ec', router_spec.RouterSpec(
+      lambda inputs: (1.0 - inputs.probs, None), paper_routers.EXPERT_CHOICE))
+  config = router_config.RouterConfig(name='reversed_ec', capacity_factor=1)
   logits = jnp.array([[3.0, 0.0], [2.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # Expert 0 prob falls.
   slot_token, _, _ = router_lib.route_group(logits, config, capacity=2)
   assert sorted(slot_token[0].tolist()) == [2, 3] and sorted(slot_token[1].tolist()) == [0, 1]
@@ -97,7 +111,6 @@ def test_a_new_router_is_one_registry_entry(monkeypatch):
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(name='softmax_ec', capacity_factor=0), 'capacity factor must be > 0'),
-    (dict(name='softmax_tc', capacity_factor=1.5), 'must be an integer'),
     (dict(name='softmax_tc', capacity_factor=1, load_loss_weight=0.01),
      'needs? .*noise|router noise'),
     (dict(name='softmax_ec', capacity_factor=1, noise_std=1, load_loss_weight=0.01),
@@ -116,39 +129,42 @@ def test_a_new_router_is_one_registry_entry(monkeypatch):
 ])
 def test_config_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    router_lib.RouterConfig(**kwargs)
+    router_config.RouterConfig(**kwargs)
 
 
 def test_sparsity_solver_defaults_follow_the_capacity():
   # 5 steps from 10 Sinkhorn iterations at c <= 1, 10 steps from 0 above (configs use these).
-  assert router_lib.sparsity_solver_defaults(1) == (5, 10)
-  assert router_lib.sparsity_solver_defaults(2) == (10, 0)
-  config = router_lib.RouterConfig(name='sparsity_ec', capacity_factor=2)
+  assert router_config.sparsity_solver_defaults(1) == (5, 10)
+  assert router_config.sparsity_solver_defaults(2) == (10, 0)
+  config = router_config.RouterConfig(name='sparsity_ec', capacity_factor=2)
   assert (config.sparsity_steps, config.sparsity_warm_start, config.sparsity_memory) == (10, 0, 3)
   with pytest.raises(ValueError, match='sparsity_memory must be >= 1'):
-    router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_memory=0)
+    router_config.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_memory=0)
 
 
 def test_each_allocation_owns_its_checks():
-  config = router_lib.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
+  # Checked where the experiment is parsed (the config alone holds no implementation).
+  with pytest.raises(ValueError, match='must be an integer'):
+    router_lib.check_allocations(router_config.RouterConfig('softmax_tc', 1.5), None, None)
+  config = router_config.RouterConfig(name='sinkhorn_tc', capacity_factor=3)
   with pytest.raises(ValueError, match='k=3 experts per token but only E=2'):
-    config.check_shape(None, num_experts=2)
+    router_lib.check_allocations(config, None, num_experts=2)
   # Expert choice: C = round(3 x 4 / 2) = 6 > T = 4 tokens to choose from.
   with pytest.raises(ValueError, match='capacity'):
-    router_lib.RouterConfig(name='softmax_ec', capacity_factor=3).check_shape(4, 2)
-  router_lib.RouterConfig(name='softmax_ec', capacity_factor=1).check_shape(4, 2)
+    router_lib.check_allocations(router_config.RouterConfig('softmax_ec', capacity_factor=3), 4, 2)
+  router_lib.check_allocations(router_config.RouterConfig('softmax_ec', capacity_factor=1), 4, 2)
   with pytest.raises(ValueError, match="has no option top_q; its options: balance_loss_weight"):
-    router_lib.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_q': 0.5})
-  topp = router_lib.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_p': 0.5})
+    router_config.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_q': 0.5})
+  topp = router_config.RouterConfig(name='topp_tc', capacity_factor=2, options={'top_p': 0.5})
   assert dict(topp.options) == {'top_p': 0.5, 'dynamic_loss_weight': 1e-4,
                                 'balance_loss_weight': 1e-2}
-  assert hash(topp) == hash(router_lib.RouterConfig('topp_tc', 2, options={'top_p': 0.5}))
+  assert hash(topp) == hash(router_config.RouterConfig('topp_tc', 2, options={'top_p': 0.5}))
 
 
 @pytest.mark.per_router('name')
 @pytest.mark.parametrize('name', sorted(router_lib.ROUTERS))
 def test_router_parameters_and_outputs(name):
-  config = router_lib.RouterConfig(name=name, capacity_factor=2)
+  config = router_config.RouterConfig(name=name, capacity_factor=2)
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))        # G=3 groups of S=16 tokens.
   module = router_lib.Router(config, num_experts=4)
 
@@ -186,7 +202,7 @@ def test_noise_is_used_in_training_only(name):
   # (kl_projection_routing.py), where the paper's Sinkhorn objective has plain X W (fidelity
   # D17). Their dispatch comes from the plan alone, so a dispatch that moves with the noise
   # draw is a plan of the noisy logits.
-  config = router_lib.RouterConfig(name=name, capacity_factor=1, noise_std=50.0)
+  config = router_config.RouterConfig(name=name, capacity_factor=1, noise_std=50.0)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 8))
   module = router_lib.Router(config, num_experts=4)
   variables = module.init(jax.random.PRNGKey(1), x, train=False)
@@ -198,8 +214,8 @@ def test_noise_is_used_in_training_only(name):
 
 def test_softmax_combine_switches_only_the_combine_weights():
   logits = jax.random.normal(jax.random.PRNGKey(2), (16, 4))
-  with_trick = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1)
-  without = router_lib.RouterConfig(name='sinkhorn_ec', capacity_factor=1, softmax_combine=False)
+  with_trick = router_config.RouterConfig(name='sinkhorn_ec', capacity_factor=1)
+  without = router_config.RouterConfig(name='sinkhorn_ec', capacity_factor=1, softmax_combine=False)
   tokens_a, weights_a, _ = router_lib.route_group(logits, with_trick, 4)
   tokens_b, weights_b, _ = router_lib.route_group(logits, without, 4)
   np.testing.assert_array_equal(tokens_a, tokens_b)               # Same dispatch (Pi_ent).
@@ -213,7 +229,7 @@ def test_every_affinity_composes_with_every_allocation():
   for name in sorted(registry.BUILT_IN):
     if router_lib.ROUTERS[name].affinity is None:
       continue
-    tokens, weights, _ = route_group(logits, router_lib.RouterConfig(name, 1), 4)
+    tokens, weights, _ = route_group(logits, router_config.RouterConfig(name, 1), 4)
     assert tokens.shape == weights.shape == (4, 4), name
 
 
@@ -223,14 +239,14 @@ def test_sinkhorn_balances_token_choice():
   logits = jax.random.normal(jax.random.PRNGKey(4), (64, 4)) + jnp.array([4.0, 0.0, 0.0, 0.0])
   dropped = {}
   for name in ('softmax_tc', 'sinkhorn_tc'):
-    tokens, _, _ = route_group(logits, router_lib.RouterConfig(name, 1), 16)
+    tokens, _, _ = route_group(logits, router_config.RouterConfig(name, 1), 16)
     dropped[name] = 1 - int((tokens < 64).sum()) / 64
   assert dropped['softmax_tc'] >= 0.7                              # 48 of 64 tokens lose out.
   assert dropped['sinkhorn_tc'] <= 0.2
 
 
 def test_balance_losses_are_weighted_and_averaged():
-  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
+  config = router_config.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
                                 importance_loss_weight=0.5, load_loss_weight=0.0)
   logits = jnp.zeros((2, 8, 4)).at[:, :, 0].set(10.0)           # Collapsed on expert 0.
   # softmax(10, 0, 0, 0) puts 0.99864 on expert 0, so importance CV^2 is close to E - 1 = 3.
@@ -241,7 +257,7 @@ def test_balance_losses_are_weighted_and_averaged():
 def test_importance_loss_takes_the_clean_probabilities():
   # Appendix A and V-MoE: importance = CV^2 of sum_t softmax(X W)[t], before the noise. Clean
   # logits all 0 (uniform: loss 0) with noisy logits collapsed on expert 0 (loss ~3) give 0.
-  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
+  config = router_config.RouterConfig(name='softmax_tc', capacity_factor=1, noise_std=1.0,
                                 importance_loss_weight=1.0)
   clean = jnp.zeros((2, 8, 4))
   noisy = clean.at[:, :, 0].set(10.0)
@@ -254,7 +270,7 @@ def test_soft_moe_phi_has_the_reference_fan_in():
   # Var(Phi) = 1 / (E D) = 1 / 512 here, E = 8 times smaller than with fan-in D. The sample
   # variance of n = 64 * 8 * 4 = 2048 draws has relative std sqrt(2 / n) = 0.031; 5 of those
   # (0.16) separate 1 / 512 from 1 / 64 by far.
-  config = router_lib.RouterConfig(name='soft_moe', capacity_factor=1)
+  config = router_config.RouterConfig(name='soft_moe', capacity_factor=1)
   x = jnp.zeros((1, 32, 64))                                       # S = 32, D = 64, E = 8: C = 4.
   phi = router_lib.Router(config, num_experts=8).init(jax.random.PRNGKey(0), x, train=False)[
       'params']['phi']
@@ -273,7 +289,7 @@ def test_sparse_router_kernel_is_bias_free_lecun_normal():
   # of 2048); reaching past sqrt(3 / D) excludes lecun_uniform (8.6% of the cut normal's draws do).
   # Every sparse router shares this parameter (test_router_parameters_and_outputs: tree
   # {'kernel'} for each).
-  config = router_lib.RouterConfig(name='softmax_tc', capacity_factor=1)
+  config = router_config.RouterConfig(name='softmax_tc', capacity_factor=1)
   x = jnp.zeros((1, 32, 64))                                       # S = 32, D = 64.
   params = router_lib.Router(config, num_experts=32).init(jax.random.PRNGKey(0), x, train=False)[
       'params']
@@ -294,7 +310,7 @@ def solver_metrics(x_by_token, kernel_row, steps=5):
 
 @functools.partial(jax.jit, static_argnums=(2,))   # One compilation per step count.
 def _solver_metrics(x_by_token, kernel_row, steps):
-  config = router_lib.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_steps=steps,
+  config = router_config.RouterConfig(name='sparsity_ec', capacity_factor=1, sparsity_steps=steps,
                                 sparsity_warm_start=0)   # The cases below reason from alpha = 0.
   x = jnp.zeros((3, 4, 8)).at[:, :, 0].set(x_by_token)
   kernel = jnp.zeros((8, 2)).at[0].set(kernel_row)
@@ -325,7 +341,7 @@ def test_training_noise_has_std_noise_std_over_e_and_feeds_the_combine_weights()
   # selection biases the sample. A slot's combine weight w = softmax(noisy logits)[token, 0]
   # gives back the routed logit difference log(w / (1 - w)) = (l0 - l1) + (n0 - n1); with std
   # noise_std / E per logit, n0 - n1 has std sqrt(2) * noise_std / E = 0.7071 for noise_std = 1.
-  config = router_lib.RouterConfig(name='softmax_ec', capacity_factor=2, noise_std=1.0)
+  config = router_config.RouterConfig(name='softmax_ec', capacity_factor=2, noise_std=1.0)
   x = jax.random.normal(jax.random.PRNGKey(0), (8, 256, 16))
   module = router_lib.Router(config, num_experts=2)
   variables = module.init(jax.random.PRNGKey(1), x, train=False)
@@ -355,9 +371,9 @@ def test_training_combine_takes_the_reference_routers_noisy_or_clean_softmax(
   # the noisy one (D5); noisy_combine overrides that choice.
   if override:
     noisy_combine = not noisy_combine
-    config = router_lib.RouterConfig(name, 1, noise_std=1.0, noisy_combine=noisy_combine)
+    config = router_config.RouterConfig(name, 1, noise_std=1.0, noisy_combine=noisy_combine)
   else:
-    config = router_lib.RouterConfig(name, 1, noise_std=1.0)
+    config = router_config.RouterConfig(name, 1, noise_std=1.0)
   assert config.noisy_combine is noisy_combine
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 16))
   module = router_lib.Router(config, num_experts=4)
@@ -379,7 +395,7 @@ def test_training_combine_takes_the_reference_routers_noisy_or_clean_softmax(
 def test_a_router_with_state_updates_it_once_per_training_call_and_never_in_evaluation():
   # lossfree_tc at k = 1, E = 4, G = 2 groups of 8 tokens: after one training call the bias is
   # 0 + u sign(mean load - load), the loads counted from both groups' top-1 requests together.
-  config = router_lib.RouterConfig(name='lossfree_tc', capacity_factor=1)
+  config = router_config.RouterConfig(name='lossfree_tc', capacity_factor=1)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8))
   module = router_lib.Router(config, num_experts=4)
   variables = module.init(jax.random.PRNGKey(1), x, train=False)
@@ -405,21 +421,23 @@ def test_a_router_with_state_updates_it_once_per_training_call_and_never_in_eval
 def test_routers_after_the_paper_pin_their_defaults():
   # docs/fidelity.md, "Routers after the paper": no router noise or paper losses for any of the
   # five; their options at the sources' values.
-  specs = {name: router_lib.ROUTERS[name]
-           for name in ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc')}
-  assert all(spec.presets == {} for spec in specs.values())
+  lab = ('sigmoid_tc', 'lossfree_tc', 'base', 'topp_tc', 'random_tc')
+  assert declarations.LAB_ROUTERS == lab
+  specs = {name: router_lib.ROUTERS[name] for name in lab}
+  declared = {name: declarations.get(name) for name in lab}
+  assert all(d.presets == {} for d in declared.values())
   gate = {'n_groups': 1, 'topk_groups': 1, 'route_scale': 1.0}   # DeepSeek-V3's gate, ungrouped.
-  assert specs['sigmoid_tc'].options == gate
-  assert specs['lossfree_tc'].options == {**gate, 'bias_update_rate': 1e-3}
-  assert specs['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 50_000}
-  assert specs['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
-                                      'balance_loss_weight': 1e-2}
+  assert declared['sigmoid_tc'].options == gate
+  assert declared['lossfree_tc'].options == {**gate, 'bias_update_rate': 1e-3}
+  assert declared['base'].options == {'auction_epsilon': 1e-4, 'auction_max_iters': 50_000}
+  assert declared['topp_tc'].options == {'top_p': 0.4, 'dynamic_loss_weight': 1e-4,
+                                         'balance_loss_weight': 1e-2}
   assert specs['random_tc'].state.frozen and not specs['lossfree_tc'].state.frozen
   assert specs['sigmoid_tc'].state is None
   # BASE: the balanced assignment in training, greedy top-1 token choice in evaluation.
   assert specs['base'].allocation.kind == 'balanced_assignment'
-  assert specs['base'].allocation_at(train=False).kind == names.TOKEN_CHOICE
-  config = router_lib.RouterConfig('sigmoid_tc', 1)
+  assert specs['base'].allocation_at(train=False).kind == declarations.TOKEN_CHOICE
+  config = router_config.RouterConfig('sigmoid_tc', 1)
   assert config.noise_std == 0 and config.importance_loss_weight == config.load_loss_weight == 0
 
 
@@ -427,19 +445,21 @@ def test_k_apart_from_c_is_vmoes_capacity_and_its_evaluation_capacity():
   # V-MoE's S/32 on ImageNet-1k: groups of 8 images x 50 tokens = T = 400, E = 8, K = 2 and
   # c = 1.05; its compute_capacity(num_tokens=K*T, ...): ceil(1.05 x 800 / 8) = 105, up to a
   # multiple of 4: 108. Evaluation at c = 4.0: ceil(4 x 800 / 8) = 400 = T.
-  config = router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
+  config = router_config.RouterConfig('softmax_tc', 1.05, num_selected_experts=2,
                                    eval_capacity_factor=4.0,
                                    capacity_rounding='ceil_multiple_of_4')
   assert config.experts_per_token == 2
   assert config.capacity(400, 8) == 108 and config.capacity(400, 8, train=False) == 400
   # An expert choice router takes an evaluation capacity too: round(2 x 16 / 4) = 8 slots.
-  ec = router_lib.RouterConfig('softmax_ec', 1, eval_capacity_factor=2)
+  ec = router_config.RouterConfig('softmax_ec', 1, eval_capacity_factor=2)
   assert (ec.capacity(16, 4), ec.capacity(16, 4, train=False)) == (4, 8)
   with pytest.raises(ValueError, match='k=3 experts per token but only E=2 .*num_selected_experts'):
-    router_lib.RouterConfig('softmax_tc', 1.05, num_selected_experts=3).check_shape(None, 2)
+    router_lib.check_allocations(
+        router_config.RouterConfig('softmax_tc', 1.05, num_selected_experts=3), None, 2)
   # Expert choice refuses an evaluation C = round(8 x 4 / 2) = 16 > T = 4.
   with pytest.raises(ValueError, match='capacity <= T=4 tokens per group, got C=16'):
-    router_lib.RouterConfig('softmax_ec', 1, eval_capacity_factor=8).check_shape(4, 2)
+    router_lib.check_allocations(
+        router_config.RouterConfig('softmax_ec', 1, eval_capacity_factor=8), 4, 2)
 
 
 @pytest.mark.parametrize('name', ['softmax_tc', 'sinkhorn_tc', 'sigmoid_tc', 'topp_tc'])
@@ -447,8 +467,8 @@ def test_defaults_keep_k_the_capacity_factor_and_evaluation_at_trainings_capacit
   # num_selected_experts = None and eval_capacity_factor = None are the code before the keys: k is
   # c, C = round(c T / E) in training and evaluation. And k = 2 set apart with c = 1 routes as
   # k = c = 2 does: C = round(1 x 2T / E) = round(2 x T / E) (2.0 T is exact), the same top-2.
-  default = router_lib.RouterConfig(name, 2, noise_std=1.0)
-  apart = router_lib.RouterConfig(name, 1, noise_std=1.0, num_selected_experts=2)
+  default = router_config.RouterConfig(name, 2, noise_std=1.0)
+  apart = router_config.RouterConfig(name, 1, noise_std=1.0, num_selected_experts=2)
   assert default.experts_per_token == apart.experts_per_token == 2
   for num_tokens in (16, 50, 400):
     assert (default.capacity(num_tokens, 8) == default.capacity(num_tokens, 8, train=False)
@@ -465,7 +485,7 @@ def test_defaults_keep_k_the_capacity_factor_and_evaluation_at_trainings_capacit
 
 def test_evaluation_routes_with_the_evaluation_capacity():
   # T = 16, E = 4, k = 2: training C = round(1 x 32 / 4) = 8, evaluation round(2 x 32 / 4) = 16.
-  config = router_lib.RouterConfig('softmax_tc', 1, num_selected_experts=2,
+  config = router_config.RouterConfig('softmax_tc', 1, num_selected_experts=2,
                                    eval_capacity_factor=2)
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 8))
   module = router_lib.Router(config, 4)
@@ -500,7 +520,7 @@ def test_variable_trees_of_the_built_in_routers_are_pinned():
   assert set(VARIABLE_TREES) == registry.BUILT_IN
   x = jnp.zeros((2, 8, 6))
   for name, expected in VARIABLE_TREES.items():
-    module = router_lib.Router(router_lib.RouterConfig(name, 1), 4)
+    module = router_lib.Router(router_config.RouterConfig(name, 1), 4)
     shapes = jax.eval_shape(lambda m=module: m.init(jax.random.PRNGKey(0), x, train=False))
     found = {jax.tree_util.keystr(path, simple=True, separator='/'): leaf.shape
              for path, leaf in jax.tree_util.tree_leaves_with_path(dict(shapes))}

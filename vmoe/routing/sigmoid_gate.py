@@ -16,9 +16,9 @@ feeds the first to allocation.token_choice_slots and the second to allocation.sl
 import jax
 import jax.numpy as jnp
 
-# DeepSeek-V3's bias update speed gamma (Sec. 4.2, "Hyper-Parameters"): 0.001 for most of
-# training, the u = 1e-3 that Wang et al. also choose.
-BIAS_UPDATE_RATE = 1e-3
+from vmoe.routing import declarations
+
+BIAS_UPDATE_RATE = declarations.BIAS_UPDATE_RATE    # DeepSeek-V3's gamma (the option's default).
 
 
 def check_groups(num_experts: int, k: int, n_groups: int, topk_groups: int,

@@ -18,8 +18,9 @@ softmax(logits) itself, gathered at the dispatched slots (allocation.slot_weight
 import jax
 import jax.numpy as jnp
 
-# The threshold of the authors' code (ZhenweiAn/Dynamic_MoE, MoEConfig.top_p_threshold).
-TOP_P = 0.4
+from vmoe.routing import declarations
+
+TOP_P = declarations.TOP_P     # The authors' threshold (the router's option's default).
 
 
 def num_choices(probs: jax.Array, p: float, k_max: int) -> jax.Array:

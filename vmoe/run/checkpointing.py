@@ -25,7 +25,6 @@ UserError naming the directory, the intact checkpoint a rerun resumes from, and 
 the save's unfinished temporary directory is never taken for a checkpoint, as above.
 """
 import contextlib
-import dataclasses
 import gc
 import logging as std_logging
 import os
@@ -41,6 +40,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import utils as ocp_utils
 
 from base import errors
+from vmoe.run import checkpoint_config
 from vmoe.run import state_checksum
 
 CHECKSUMS = 'state_checksums'   # The record's key for the state's checksums.
@@ -55,22 +55,8 @@ FIELDS_ADDED: tuple[str, ...] = ('router_state',)   # The routers' state (router
 SHOWN_LEAVES = 3                # Leaves a tree mismatch names, per kind of difference.
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckpointConfig:
-  """`config.checkpoint`: save every `every_steps` (and at the end), keep the last `keep`, in the
-  background when `asynchronous` (V-MoE: every 1000 steps, keep 1, asynchronous). keep = 2, not
-  V-MoE's 1, so that a corrupt newest checkpoint leaves one to resume from (restore_latest)."""
-  every_steps: int
-  keep: int = 2
-  asynchronous: bool = True
-
-  def __post_init__(self):
-    if self.every_steps < 1 or self.keep < 1:
-      raise ValueError(f'checkpoint.every_steps={self.every_steps} and checkpoint.keep='
-                       f'{self.keep} must be >= 1.')
-
-
-def make_manager(workdir: str, config: CheckpointConfig) -> ocp.CheckpointManager:
+def make_manager(workdir: str,
+                 config: checkpoint_config.CheckpointConfig) -> ocp.CheckpointManager:
   """A manager over WORKDIR/checkpoints keeping the last `config.keep` steps.
 
   config.asynchronous: save in a background thread while training goes on (on in every config).

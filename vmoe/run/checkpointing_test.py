@@ -19,12 +19,15 @@ from testing import checkpoint_faults
 from testing import full_disk
 from testing import watchdog
 from testing.data import data_config
+from vmoe.run import checkpoint_config
 from vmoe.run import checkpointing
+
+EVERY_STEP = checkpoint_config.CheckpointConfig(every_steps=1)   # Save at every step.
 
 
 def test_round_trip_keeps_the_last_n(tmp_path):
   state = {'params': {'w': jnp.arange(6.0).reshape(2, 3)}, 'step': jnp.array(0)}
-  config = checkpointing.CheckpointConfig(every_steps=1, keep=2)
+  config = checkpoint_config.CheckpointConfig(every_steps=1, keep=2)
   manager = checkpointing.make_manager(str(tmp_path), config)
   assert checkpointing.restore_latest(manager, jax.eval_shape(lambda: state)) is None
   for step in (1, 2, 3):
@@ -47,9 +50,9 @@ def state_at(step: int) -> dict:
           'step': jnp.array(step)}
 
 
-def save_steps(workdir, steps) -> checkpointing.CheckpointConfig:
+def save_steps(workdir, steps) -> checkpoint_config.CheckpointConfig:
   """Saves state_at(s) for each step s, with keep = 2 (the default); returns the config."""
-  config = checkpointing.CheckpointConfig(every_steps=1)
+  config = checkpoint_config.CheckpointConfig(every_steps=1)
   manager = checkpointing.make_manager(str(workdir), config)
   for step in steps:
     checkpointing.save(manager, step, state_at(step), {'data': {'position': step}})
@@ -131,13 +134,13 @@ def grown(step: int) -> StateAfter:
 
 def restore_grown(workdir, fresh_state=None):
   """restore_latest of `grown`'s layout through a new manager; (state, record) or None."""
-  manager = checkpointing.make_manager(str(workdir), checkpointing.CheckpointConfig(every_steps=1))
+  manager = checkpointing.make_manager(str(workdir), EVERY_STEP)
   return checkpointing.restore_latest(manager, jax.eval_shape(lambda: grown(0)), fresh_state)
 
 
 def test_a_field_added_to_the_state_restores_at_its_fresh_value(tmp_path, monkeypatch):
   monkeypatch.setattr(checkpointing, 'FIELDS_ADDED', ('router_state',))
-  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  manager = checkpointing.make_manager(str(tmp_path), EVERY_STEP)
   for step in (1, 2):
     checkpointing.save(manager, step, StateBefore(**state_at(step)), {'data': {'position': step}})
   manager.wait_until_finished()
@@ -165,7 +168,7 @@ def test_a_checkpoint_of_another_tree_is_a_user_error_and_stays_in_place(tmp_pat
                                                                          message, monkeypatch):
   monkeypatch.setattr(checkpointing, 'FIELDS_ADDED', ())
   save_steps(tmp_path, [1])
-  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  manager = checkpointing.make_manager(str(tmp_path), EVERY_STEP)
   with pytest.raises(errors.UserError, match=r'^Checkpoint .*checkpoints/1 holds another state '
                                              r"than this run's: " + message + r' It was written '
                                              r'by another config or code version') as error:
@@ -175,7 +178,7 @@ def test_a_checkpoint_of_another_tree_is_a_user_error_and_stays_in_place(tmp_pat
 
 
 def test_a_tree_mismatch_names_the_first_leaves_and_counts_them(tmp_path):
-  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  manager = checkpointing.make_manager(str(tmp_path), EVERY_STEP)
   checkpointing.save(manager, 1, {f'w{i}': jnp.zeros(2) for i in range(5)}, {})
   manager.wait_until_finished()
   with pytest.raises(errors.UserError, match=r"1 leaf missing from it \(v\); 5 leaves not in "
@@ -216,7 +219,7 @@ def test_fifty_async_saves_finish_while_the_input_pipeline_runs(tmp_path, hard_d
                        shuffle_buffer=4096, cache=True)
   sources.check_available(config)
   train = pipeline.make_train_iterator(config, batch_size=64, seed=0)
-  manager = checkpointing.make_manager(str(tmp_path), checkpointing.CheckpointConfig(every_steps=1))
+  manager = checkpointing.make_manager(str(tmp_path), EVERY_STEP)
   with hard_deadline(300):     # If a hang holds the GIL, wait_until cannot run.
     for step in range(1, 51):
       checkpointing.save(manager, step, state_at(step), {'data': train.get_state()})
@@ -227,7 +230,7 @@ def test_fifty_async_saves_finish_while_the_input_pipeline_runs(tmp_path, hard_d
                           what=f'the asynchronous save of step {step}')
     manager.wait_until_finished()        # Raises what a save may have raised.
   assert manager.all_steps() == [49, 50]
-  state, record = restore(tmp_path, checkpointing.CheckpointConfig(every_steps=1))
+  state, record = restore(tmp_path, checkpoint_config.CheckpointConfig(every_steps=1))
   np.testing.assert_array_equal(state['params']['w'], state_at(50)['params']['w'])
   assert record['data']['batches'] == 49 * 4
 

@@ -1,6 +1,7 @@
 """Tests of the lines a run prints: header, evaluation, final summary."""
 import jax
 
+from vmoe.model import mesh_config
 from vmoe.model import sharding
 from vmoe.run import console
 from vmoe.run import run_outputs
@@ -8,7 +9,7 @@ from vmoe.run import run_outputs
 
 def test_header_names_the_run_its_size_and_whether_it_resumed(tiny_experiment):
   e = tiny_experiment('router=soft_moe,c=2')
-  mesh = sharding.make_mesh(sharding.MeshConfig(), jax.devices()[:1])
+  mesh = sharding.make_mesh(mesh_config.MeshConfig(), jax.devices()[:1])
   fresh, resumed = (console.header(e, config_file='configs/tiny.py', mesh=mesh, num_params=372106,
                                    flops_per_step=9.82e8, workdir='/w', first_step=step)
                     for step in (0, 500))

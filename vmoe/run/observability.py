@@ -16,6 +16,7 @@ import numpy as np
 from base import no_keras  # pylint: disable=unused-import  (before TensorFlow's import)
 from vmoe.run import console
 from vmoe.run import run_log
+from vmoe.run import wandb_config
 
 METRICS_FILE = 'metrics.jsonl'
 
@@ -132,8 +133,8 @@ class Writers(ScalarWriter):
       writer.close()
 
 
-def make_writer(workdir: str, config, hparams: dict) -> Writers:
-  """The log, TensorBoard, JSON lines and wandb (`config`, the run's experiment.WandbConfig;
+def make_writer(workdir: str, config: wandb_config.WandbConfig, hparams: dict) -> Writers:
+  """The log, TensorBoard, JSON lines and wandb (`config`, the run's wandb_config.WandbConfig;
   recording `hparams`, its resolved config) on process 0; the log only on the others."""
   if jax.process_index() > 0:
     return Writers([LogWriter()])

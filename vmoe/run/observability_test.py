@@ -4,7 +4,7 @@ import sys
 import numpy as np
 
 from vmoe.run import observability
-from vmoe.train import experiment as experiment_lib
+from vmoe.run import wandb_config
 
 
 def test_jsonl_round_trip_keeps_the_last_record_per_step(tmp_path):
@@ -18,7 +18,7 @@ def test_jsonl_round_trip_keeps_the_last_record_per_step(tmp_path):
 
 
 def test_writer_with_wandb_disabled_writes_tensorboard_and_jsonl(tmp_path):
-  config = experiment_lib.WandbConfig(mode='disabled', project='p')
+  config = wandb_config.WandbConfig(mode='disabled', project='p')
   writer = observability.make_writer(str(tmp_path), config, {})
   writer.write_scalars(3, {'loss': np.float32(0.5)})
   writer.write_scalars(4, {'loss': 0.25, 'learning_rate': 1e-3})

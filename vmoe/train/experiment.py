@@ -1,30 +1,34 @@
 """The experiment record, and `parse`: the one way from a config to a record valid by construction.
 
 A run's config becomes an `Experiment` once, at the start of the run (main.py), and library code
-then takes its own section (vit.ModelConfig, moe.MoeConfig, ...), never the config tree, and
-trusts it: the rules below are checked here and nowhere else.
+then takes its own section (vit_config.ModelConfig, moe_config.MoeConfig, ...), never the config
+tree, and trusts it: the rules below are checked here and nowhere else. The sections' classes
+import no JAX, each beside what it configures, so that configs/ load without JAX.
 
 `parse(tree, num_devices)` runs every check, in this order, each written once:
   1. the keys: an unknown or missing key is named, and so is a number that is not finite
      (`_build`);
   2. each section's own values: its owner's frozen dataclass checks them as it is built
-     (vit.ModelConfig, moe.MoeConfig holding a router.RouterConfig, data.config.DataConfig,
-     optim.*Config, classify.EvalConfig, fewshot.FewShotConfig, checkpointing.CheckpointConfig,
-     WandbConfig, sharding.MeshConfig; and the run-level keys, `Experiment`);
+     (vit_config.ModelConfig, moe_config.MoeConfig holding a router_config.RouterConfig,
+     data.config.DataConfig, optim_config.*Config, eval_config.EvalConfig,
+     fewshot.FewShotConfig, checkpoint_config.CheckpointConfig, wandb_config.WandbConfig,
+     mesh_config.MeshConfig; and the run-level keys, `Experiment`); the router's module (a
+     user's) is imported first, and its implementation must be registered;
   3. the rules that span sections (`_check_across_sections`): the model's classes are the data's,
-     MoE layers fit the model's blocks, expert choice has its C tokens to choose within a
-     routing group's T, the warm-up ends before training does;
+     MoE layers fit the model's blocks, the router's allocations accept its T and E (expert
+     choice has its C tokens to choose within a routing group's T), the warm-up ends before
+     training does;
   4. the mesh: its automatic sizes become this run's numbers and it must fit the devices and split
-     the experts (vmoe/model/sharding.py `resolve`);
+     the experts (vmoe/model/mesh_config.py `resolve`);
   5. the batch sizes: each a whole number of routing groups on every device (`fit_batches`).
 Errors are base/errors.py UserErrors naming the key to change (main.py: one line, exit status 2).
 The sections' own checks raise ValueError (they also guard programmatic use), which `parse` turns
 into UserErrors.
 
 `to_dict()` has the config's layout, so a recorded run's config (its config.json, or
-summary.json's resolved_config) parses back into the same record. `config_block(section)` goes the
-other way: the configs build their blocks from the section dataclasses (configs/common.py), so
-every default lives in one place, the dataclass.
+summary.json's resolved_config) parses back into the same record. configs/blocks.py
+`config_block(section)` goes the other way: the configs build their blocks from the section
+dataclasses, so every default lives in one place, the dataclass.
 """
 from collections.abc import Collection, Mapping
 import dataclasses
@@ -38,30 +42,20 @@ import ml_collections as mlc
 
 from base import errors
 from data import config as data_config
-from evaluation import classify
+from evaluation import eval_config
 from evaluation import fewshot
-from vmoe.model import moe as moe_lib
-from vmoe.model import sharding
-from vmoe.model import vit
-from vmoe.routing import names as router_names
+from vmoe.model import mesh_config
+from vmoe.model import moe_config
+from vmoe.model import vit_config
+from vmoe.routing import declarations
 from vmoe.routing import registry
 from vmoe.routing import router as router_lib
-from vmoe.run import checkpointing
+from vmoe.routing import router_config
+from vmoe.routing import user_module
+from vmoe.run import checkpoint_config
+from vmoe.run import wandb_config
 from vmoe.train import losses
-from vmoe.train import optim
-
-WANDB_MODES = ('offline', 'online', 'disabled')
-
-
-@dataclasses.dataclass(frozen=True)
-class WandbConfig:
-  """`config.wandb`: offline by default (no network); 'online' syncs, 'disabled' skips wandb."""
-  project: str
-  mode: str = 'offline'
-
-  def __post_init__(self):
-    if self.mode not in WANDB_MODES:
-      raise ValueError(f'unknown wandb.mode {self.mode!r}; valid: {", ".join(WANDB_MODES)}.')
+from vmoe.train import optim_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,16 +74,16 @@ class Experiment:
   loss: str
   mixup_alpha: float
   log_every_steps: int
-  model: vit.ModelConfig
-  moe: moe_lib.MoeConfig
+  model: vit_config.ModelConfig
+  moe: moe_config.MoeConfig
   data: data_config.DataConfig
-  optimizer: optim.OptimizerConfig
-  schedule: optim.ScheduleConfig
-  eval: classify.EvalConfig
+  optimizer: optim_config.OptimizerConfig
+  schedule: optim_config.ScheduleConfig
+  eval: eval_config.EvalConfig
   fewshot: fewshot.FewShotConfig
-  checkpoint: checkpointing.CheckpointConfig
-  wandb: WandbConfig
-  mesh: sharding.MeshConfig
+  checkpoint: checkpoint_config.CheckpointConfig
+  wandb: wandb_config.WandbConfig
+  mesh: mesh_config.MeshConfig
   config_arg: str = ''
 
   def __post_init__(self):
@@ -105,7 +99,7 @@ class Experiment:
   @property
   def router_name(self) -> str:
     """The router's name, or 'dense' for a model without MoE layers."""
-    return self.moe.router.name if self.moe.router is not None else router_names.DENSE
+    return self.moe.router.name if self.moe.router is not None else declarations.DENSE
 
   def to_dict(self) -> dict:
     """The resolved config as JSON types (tuples as lists), in the config's layout."""
@@ -128,7 +122,7 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
   experiment = _sections(tree)
   try:
     _check_across_sections(experiment)
-    mesh = sharding.resolve(experiment.mesh, num_devices, experiment.moe.num_experts)
+    mesh = mesh_config.resolve(experiment.mesh, num_devices, experiment.moe.num_experts)
   except ValueError as e:
     raise errors.UserError(str(e)) from None
   return fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
@@ -158,15 +152,15 @@ def resolve_recorded(recorded: dict) -> dict:
 
 # Config key -> the dataclass of that section (moe, which holds the router, is built apart).
 SECTIONS = {
-    'model': vit.ModelConfig,
+    'model': vit_config.ModelConfig,
     'data': data_config.DataConfig,
-    'optimizer': optim.OptimizerConfig,
-    'schedule': optim.ScheduleConfig,
-    'eval': classify.EvalConfig,
+    'optimizer': optim_config.OptimizerConfig,
+    'schedule': optim_config.ScheduleConfig,
+    'eval': eval_config.EvalConfig,
     'fewshot': fewshot.FewShotConfig,
-    'checkpoint': checkpointing.CheckpointConfig,
-    'wandb': WandbConfig,
-    'mesh': sharding.MeshConfig,
+    'checkpoint': checkpoint_config.CheckpointConfig,
+    'wandb': wandb_config.WandbConfig,
+    'mesh': mesh_config.MeshConfig,
 }
 
 
@@ -177,10 +171,26 @@ def _sections(tree: dict) -> Experiment:
   moe = dict(_block(tree.get('moe'), 'moe'))
   router = moe.pop('router', None)
   dense = moe.get('num_experts') == 0
-  moe['router'] = None if dense else _build(router_lib.RouterConfig, router, 'moe.router')
-  sections['moe'] = _build(moe_lib.MoeConfig, moe, 'moe')
+  moe['router'] = None if dense else _router(router)
+  sections['moe'] = _build(moe_config.MoeConfig, moe, 'moe')
   run = {k: v for k, v in tree.items() if k not in sections}
   return _build(Experiment, {**run, **sections}, 'config')
+
+
+def _router(values) -> router_config.RouterConfig:
+  """The router's section, after importing the module that declares it (a user's router) and
+  finding its implementation in the registry."""
+  values = _block(values, 'moe.router')
+  try:
+    user_module.import_router_module(values.get('module', ''))
+  except ValueError as e:
+    raise errors.UserError(f'moe.router: {e}') from None
+  router = _build(router_config.RouterConfig, values, 'moe.router')
+  try:
+    registry.get(router.name)
+  except ValueError as e:
+    raise errors.UserError(f'moe.router: {e}') from None
+  return router
 
 
 def _block(values, where: str) -> dict:
@@ -236,19 +246,20 @@ def _check_across_sections(experiment: Experiment) -> None:
                      f'[0, num_train_steps={num_train_steps}); lower it or train longer.')
 
 
-def _check_moe_fits_the_model(moe: moe_lib.MoeConfig, model: vit.ModelConfig) -> None:
+def _check_moe_fits_the_model(moe: moe_config.MoeConfig, model: vit_config.ModelConfig) -> None:
   """MoE layers are placed in the model's blocks, and expert choice has C tokens to choose."""
   depth = model.size.depth
   if moe.every > depth:
     raise ValueError(f'moe.every={moe.every} places no MoE layer in a {depth}-block model; '
                      f'use 1 <= moe.every <= {depth} (2 is the paper\'s Every-2), or '
                      'moe.num_experts=0 for a dense model.')
-  num_every = len(vit.moe_layer_indices(depth, moe.every))
+  num_every = len(vit_config.moe_layer_indices(depth, moe.every))
   if moe.last > num_every:
     raise ValueError(f'moe.last={moe.last} but Every-{moe.every} places {num_every} MoE layers in '
                      f'a {depth}-block model; use 0 <= moe.last <= {num_every}.')
   # Each allocation checks what it needs of T and E (expert choice: C <= T tokens to choose).
-  moe.router.check_shape(moe.images_per_group * model.tokens_per_image, moe.num_experts)
+  router_lib.check_allocations(moe.router, moe.images_per_group * model.tokens_per_image,
+                               moe.num_experts)
 
 
 # Batch sizes that split into whole routing groups on every device: fitted, or one error.
@@ -316,7 +327,7 @@ def with_recorded_batches(experiment: Experiment, recorded: dict,
   return fit_batches(experiment, experiment.mesh.data * experiment.mesh.expert)
 
 
-def _misfit_message(refused: dict, num_devices: int, moe: moe_lib.MoeConfig, step: int) -> str:
+def _misfit_message(refused: dict, num_devices: int, moe: moe_config.MoeConfig, step: int) -> str:
   """One error for every refused size: why each fails, then all the overrides that fix them."""
   reasons = []
   for key, size in refused.items():
@@ -356,8 +367,8 @@ def recorded_defaults() -> dict:
   built-in routers. A key added to the config keeps the behaviour before it at its default, so a
   record without it is a record at the default."""
   keys = _field_defaults(Experiment, '')
-  options = {name: dict(spec.options) for name, spec in sorted(registry.ROUTERS.items())
-             if name in registry.BUILT_IN}
+  options = {name: dict(declared.options)
+             for name, declared in sorted(declarations.BUILT_IN.items())}
   return json.loads(json.dumps({'keys': keys, 'router_options': options},
                                default=_mapping_as_dict))
 
@@ -384,43 +395,7 @@ def _field_defaults(cls, prefix: str) -> dict:
 
 
 def _mapping_as_dict(value) -> dict:
-  """json.dumps's fallback: a router's options are a FrozenDict (hashable, as a flax Module field
-  must be), written as a dict."""
+  """json.dumps's fallback: a mapping that is not a dict, written as one."""
   if isinstance(value, Mapping):
     return dict(value)
   raise TypeError(f'{type(value).__name__} is not JSON serializable')
-
-
-def config_block(section, **given) -> mlc.ConfigDict:
-  """A section dataclass as a config block: every field, nested sections as blocks, and None
-  fields as typed placeholders (so that --config.KEY=VALUE can set them). `section` is an
-  instance, or a class with `given` values over its defaults: a block built unchecked, which
-  `parse` checks once, as it builds the section (the configs build the router's this way)."""
-  values = {}
-  for field in dataclasses.fields(section):
-    if isinstance(section, type):
-      value = given[field.name] if field.name in given else _default(field)
-    else:
-      value = getattr(section, field.name)
-    if dataclasses.is_dataclass(value):
-      value = config_block(value)
-    elif isinstance(value, Mapping):   # A router's options: a block of its own.
-      value = mlc.ConfigDict(dict(value))
-    elif value is None:
-      value = mlc.config_dict.placeholder(_optional_type(field.type))
-    values[field.name] = value
-  return mlc.ConfigDict(values)
-
-
-def _default(field: dataclasses.Field):
-  if field.default is not dataclasses.MISSING:
-    return field.default
-  if field.default_factory is not dataclasses.MISSING:
-    return field.default_factory()
-  raise errors.UserError(f'the config block lacks {field.name}, which has no default.')
-
-
-def _optional_type(annotation) -> type:
-  """int for `int | None` (the type a placeholder takes)."""
-  types = [t for t in typing.get_args(annotation) if t is not type(None)]
-  return types[0] if len(types) == 1 else object

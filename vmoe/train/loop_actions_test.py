@@ -3,6 +3,7 @@ import dataclasses
 
 import jax
 
+from vmoe.model import mesh_config
 from vmoe.model import sharding
 from vmoe.train import loop_actions
 
@@ -31,7 +32,7 @@ def test_a_record_written_before_segments_existed_reads_with_none():
 
 
 def test_devices_of_a_mesh():
-  mesh = sharding.make_mesh(sharding.MeshConfig(1, 1), jax.devices()[:1])
+  mesh = sharding.make_mesh(mesh_config.MeshConfig(1, 1), jax.devices()[:1])
   assert loop_actions.devices_of(mesh) == {
       'mesh': {'data': 1, 'expert': 1}, 'num_devices': 1,
       'device_kind': jax.devices()[0].device_kind}

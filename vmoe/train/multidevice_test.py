@@ -37,9 +37,11 @@ import pytest
 
 from data import device_augment
 from data import device_split
+from vmoe.model import mesh_config
 from vmoe.model import sharding
 from vmoe.routing import lab_routers
 from vmoe.routing import router as router_lib
+from vmoe.routing import router_config
 from vmoe.train import experiment as experiment_lib
 from vmoe.train import train_program
 
@@ -184,7 +186,7 @@ def compare(key: str, experiment: experiment_lib.Experiment, starts: dict) -> di
   parameters and Adam's state are float32 whatever model.dtype, so a bfloat16 run starts where
   the float32 run did, and one init program is compiled per router.
   """
-  setup_1 = train_program.build(experiment, sharding.make_mesh(sharding.MeshConfig(1, 1),
+  setup_1 = train_program.build(experiment, sharding.make_mesh(mesh_config.MeshConfig(1, 1),
                                                            jax.devices()[:1]))
   setup_8 = train_program.build(experiment)      # experiment.mesh: data=2 x expert=4.
   rng = np.random.default_rng(0)
@@ -235,7 +237,7 @@ def compare_device_tail() -> dict:
            device_split.AUGMENT_KEY: np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.arange(64)))}
   run = jax.jit(functools.partial(device_augment.run_tail, tail))
   one = jax.device_get(run(jax.device_put(batch, jax.devices()[0])))
-  mesh = sharding.make_mesh(sharding.MeshConfig(data=2, expert=4))
+  mesh = sharding.make_mesh(mesh_config.MeshConfig(data=2, expert=4))
   sharded = run(sharding.put_batch(batch, sharding.batch_sharding(mesh)))
   eight = jax.device_get(sharded)
   return {'key': 'device_tail', 'image_diff': float(np.max(np.abs(one['image'] - eight['image']))),
@@ -309,7 +311,7 @@ def test_expert_sharded_step_equals_the_single_device_step(results, router):
   # differences, summed over all groups, whichever device holds them) or not at all (random_tc),
   # so it is equal on both unless a token's top two logits tie to float32 rounding and the two
   # programs choose differently: that moves a bias by at most 2u (-u to +u) in a step.
-  bound = 2 * router_lib.RouterConfig('lossfree_tc', 1).options['bias_update_rate']
+  bound = 2 * router_config.RouterConfig('lossfree_tc', 1).options['bias_update_rate']
   assert all(diff <= bound for diff in r['router_state_diff']), r['router_state_diff']
 
 

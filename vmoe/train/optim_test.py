@@ -6,21 +6,23 @@ import numpy as np
 import pytest
 
 from vmoe.train import optim
+from vmoe.train import optim_config
 
 
 def config(**schedule):
   return types.SimpleNamespace(
       num_train_steps=100,
-      schedule=optim.ScheduleConfig(**dict(dict(peak_lr=1e-3, warmup_steps=10, end_lr=1e-5),
+      schedule=optim_config.ScheduleConfig(**dict(dict(peak_lr=1e-3, warmup_steps=10, end_lr=1e-5),
                                            **schedule)),
-      optimizer=optim.OptimizerConfig(b1=0.9, b2=0.999, weight_decay=0.1, grad_clip_norm=1.0))
+      optimizer=optim_config.OptimizerConfig(b1=0.9, b2=0.999, weight_decay=0.1,
+                                             grad_clip_norm=1.0))
 
 
 def test_sections_check_their_values():
   with pytest.raises(ValueError, match='optimizer.b1=1.5'):
-    optim.OptimizerConfig(weight_decay=0.1, b1=1.5)
+    optim_config.OptimizerConfig(weight_decay=0.1, b1=1.5)
   with pytest.raises(ValueError, match='peak_lr > 0'):
-    optim.ScheduleConfig(peak_lr=0.0, warmup_steps=1)
+    optim_config.ScheduleConfig(peak_lr=0.0, warmup_steps=1)
 
 
 def test_schedule_warms_up_then_decays_linearly():

@@ -34,6 +34,7 @@ from data import ops
 from data import pipeline
 from data import sources
 from evaluation import classify
+from evaluation import eval_config
 from evaluation import fewshot
 from vmoe.model import sharding
 from vmoe.train import losses
@@ -89,7 +90,7 @@ def eval_set_source(data: data_config_lib.DataConfig,
 
 
 def available_eval_sets(data: data_config_lib.DataConfig,
-                        eval_config: classify.EvalConfig) -> dict:
+                        eval_config: eval_config.EvalConfig) -> dict:
   """eval.sets less those not prepared, each skipped with one warning line that says how to
   prepare it; a bad pp string or split fails (a config error, not missing data)."""
   available = {}
@@ -153,7 +154,7 @@ class Evaluator:
   (vmoe/train/losses.py) that upstream/loss reports; safe_point() runs before every batch."""
 
   def __init__(self, model, mesh, *, data: data_config_lib.DataConfig,
-               eval_config: classify.EvalConfig, fewshot_config: fewshot.FewShotConfig,
+               eval_config: eval_config.EvalConfig, fewshot_config: fewshot.FewShotConfig,
                loss: str, num_steps: int, safe_point: Callable[[], None]):
     self.mesh, self.data, self.eval_config = mesh, data, eval_config
     self.fewshot_config, self.loss, self.safe_point = fewshot_config, loss, safe_point
@@ -193,7 +194,7 @@ class Evaluator:
     batches; then precision@1 and the loss on each available set of eval.sets."""
     routers = []    # Each batch's router summary, summed in order below.
     results = self._classify(variables, self.data, self.data.eval_split, self.data.pp_eval,
-                             classify.UPSTREAM, routers)
+                             eval_config.UPSTREAM, routers)
     if routers:
       totals = functools.reduce(lambda a, b: jax.tree.map(lambda x, y: x + y, a, b), routers)
       for key, total in jax.device_get(totals).items():

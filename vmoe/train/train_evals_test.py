@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from base import errors
-from evaluation import classify
+from evaluation import eval_config
 from testing.data import data_config
 from vmoe.train import train_evals
 
@@ -28,19 +28,19 @@ def test_without_fewshot_sets_only_upstream_is_due():
 def test_eval_sets_are_kept_where_prepared_and_skipped_with_one_line_where_not(tmp_path, caplog):
   # eval.sets defaults to none: nothing more is evaluated than before the key existed.
   data = data_config(data_dir=str(tmp_path / 'tfds'))
-  assert classify.EvalConfig(every_steps=1, batch_size=8).sets == {}
-  assert train_evals.available_eval_sets(data, classify.EvalConfig(1, 8)) == {}
+  assert eval_config.EvalConfig(every_steps=1, batch_size=8).sets == {}
+  assert train_evals.available_eval_sets(data, eval_config.EvalConfig(1, 8)) == {}
   pp = 'decode|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
   sets = {'test': ('digits', 'test', pp), 'imagenet_v2': ('imagenet_v2', 'test', pp)}
   with caplog.at_level(logging.WARNING):
-    kept = train_evals.available_eval_sets(data, classify.EvalConfig(1, 8, sets))
+    kept = train_evals.available_eval_sets(data, eval_config.EvalConfig(1, 8, sets))
   assert kept == {'test': sets['test']}        # Embedded digits prepare on first use.
   skipped, = [r.getMessage() for r in caplog.records if 'skipped' in r.getMessage()]
   assert skipped.startswith('eval set imagenet_v2 skipped: ImageNet-V2 (imagenet_v2) is not '
                             'prepared in') and skipped.endswith('docs/data.md says how to '
                                                                 'prepare it).')
   with pytest.raises(errors.UserError, match='eval.sets.test pp: '):
-    train_evals.available_eval_sets(data, classify.EvalConfig(1, 8, {'test': ('digits', 'test',
+    train_evals.available_eval_sets(data, eval_config.EvalConfig(1, 8, {'test': ('digits', 'test',
                                                                               'nope(1)')}))
   with pytest.raises(ValueError, match="eval.sets must map each name but 'upstream'"):
-    classify.EvalConfig(1, 8, {'upstream': ('digits', 'test', pp)})
+    eval_config.EvalConfig(1, 8, {'upstream': ('digits', 'test', pp)})

@@ -3,15 +3,17 @@ import jax
 import numpy as np
 
 from data import config as data_config
-from evaluation import classify
+from evaluation import eval_config
 from evaluation import fewshot
-from vmoe.model import moe as moe_lib
+from vmoe.model import mesh_config
+from vmoe.model import moe_config
 from vmoe.model import sharding
-from vmoe.model import vit
-from vmoe.routing import router as router_lib
-from vmoe.run import checkpointing
+from vmoe.model import vit_config
+from vmoe.routing import router_config
+from vmoe.run import checkpoint_config
+from vmoe.run import wandb_config
 from vmoe.train import experiment as experiment_lib
-from vmoe.train import optim
+from vmoe.train import optim_config
 from vmoe.train import train_program
 
 
@@ -21,18 +23,19 @@ def mu_experiment(router='softmax_ec', num_experts=4) -> experiment_lib.Experime
   return experiment_lib.Experiment(
       seed=0, batch_size=4, num_train_steps=10, loss='softmax_xent', mixup_alpha=0.0,
       log_every_steps=1,
-      model=vit.ModelConfig('mu/4', num_classes=10, image_size=8, channels=1, head_bias_init=0.0),
-      moe=moe_lib.MoeConfig(num_experts, group_size=2,
-                            router=router_lib.RouterConfig(router, capacity_factor=1.0)),
+      model=vit_config.ModelConfig('mu/4', num_classes=10, image_size=8, channels=1,
+                                   head_bias_init=0.0),
+      moe=moe_config.MoeConfig(num_experts, group_size=2,
+                            router=router_config.RouterConfig(router, capacity_factor=1.0)),
       data=data_config.DataConfig(name='digits', train_split='train', eval_split='test',
                                   pp_train=pp, pp_eval=pp, num_classes=10, shuffle_buffer=1),
-      optimizer=optim.OptimizerConfig(weight_decay=0.1),
-      schedule=optim.ScheduleConfig(peak_lr=1e-3, warmup_steps=0),
-      eval=classify.EvalConfig(every_steps=10, batch_size=4),
+      optimizer=optim_config.OptimizerConfig(weight_decay=0.1),
+      schedule=optim_config.ScheduleConfig(peak_lr=1e-3, warmup_steps=0),
+      eval=eval_config.EvalConfig(every_steps=10, batch_size=4),
       fewshot=fewshot.FewShotConfig({}, 'decode', batch_size=4, every_steps=10),
-      checkpoint=checkpointing.CheckpointConfig(every_steps=10),
-      wandb=experiment_lib.WandbConfig(project='test', mode='disabled'),
-      mesh=sharding.MeshConfig())
+      checkpoint=checkpoint_config.CheckpointConfig(every_steps=10),
+      wandb=wandb_config.WandbConfig(project='test', mode='disabled'),
+      mesh=mesh_config.MeshConfig())
 
 
 def test_the_compiled_step_trains_from_the_fresh_state():

@@ -102,10 +102,11 @@ def test_largest_dirichlet_weight_has_the_exact_moments():
 # the collectives in the compiled sharded mixup and whether it equals the unsharded one.
 SHARDED_MIXUP = """
 import jax, jax.numpy as jnp, numpy as np
+from vmoe.model import mesh_config
 from vmoe.model import sharding
 from vmoe.train import train_step
 for data, expert in ((4, 1), (2, 2)):
-  mesh = sharding.make_mesh(sharding.MeshConfig(data, expert))
+  mesh = sharding.make_mesh(mesh_config.MeshConfig(data, expert))
   shards, batch_sharding = sharding.batch_shards(mesh), sharding.batch_sharding(mesh)
   fn = sharding.with_mesh(lambda b, r: train_step.mixup(b, r, 0.5, shards), mesh)
   jitted = jax.jit(fn, in_shardings=(batch_sharding, None), out_shardings=batch_sharding)

@@ -32,6 +32,7 @@ from data import pipeline
 from data import sources
 from evaluation import fewshot
 from vmoe.model import sharding
+from vmoe.routing import declarations
 from vmoe.run import checkpointing
 from vmoe.run import console
 from vmoe.run import observability
@@ -146,7 +147,7 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
   and its source (base/revision.py's source_revision; read now if not given)."""
   e, router = experiment, experiment.moe.router
   final = record.eval_history[-1] if record.eval_history else {}
-  spec = None if router is None else router.spec
+  declared = None if router is None else declarations.get(router.name)
   return run_outputs.RunSummary(
       config=config_file, config_arg=e.config_arg, resolved_config=e.to_dict(),
       arch=e.model.variant, router=e.router_name,
@@ -164,7 +165,8 @@ def summarize(experiment: experiment_lib.Experiment, record: loop_actions.RunRec
       router_metrics={k: v for k, v in final.items() if k.startswith('router/')},
       eval_history=[{'step': h['step'], 'upstream_prec1': h.get('upstream/prec@1')}
                     for h in record.eval_history], segments=record.segments,
-      router_title=spec and (spec.title or None), router_allocation=spec and spec.allocation.kind,
+      router_title=declared and declared.title,
+      router_allocation=declared and declared.allocation,
       router_health=record.health_means() or None,
       **(source or revision.source_revision()), **host.this_cpu())
 
