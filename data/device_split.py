@@ -4,9 +4,9 @@ program and the evaluator read the same split, and the program is built where Te
 
 The tail is the longest run of ops at the end of the string that the accelerator has
 (data/op_specs.py's DEVICE_OPS, which data/device_augment.py runs: flip_lr, randaug, value_range,
-onehot, multi_hot and keep). The head, the
-ops before it, runs on the host as before: decoding, cropping and resizing need the encoded bytes
-or change the image's size. For each example the host ships:
+onehot, multi_hot and keep). The head, the ops before it, runs on the host as before: decoding,
+cropping and resizing need the encoded bytes or change the image's size. For each example the host
+ships:
   'image'        uint8 (H, W, C), the head's output;
   label ids      each tail label op's input (its `key`) as integers: onehot's id, int32 (); for
                  multi_hot, the ids padded with -1 to MAX_LABEL_IDS, int32 (MAX_LABEL_IDS,). A

@@ -37,6 +37,7 @@ OPS = ('AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'Solarize', 
 
 
 def check_arithmetic(arithmetic: str) -> None:
+  """Fails unless `arithmetic` is one of ARITHMETICS, naming them."""
   if arithmetic not in ARITHMETICS:
     raise ValueError(f'randaug: arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}')
 
@@ -49,34 +50,42 @@ def in_order(table: dict) -> dict:
 
 
 def rotate_degrees(level: float) -> float:
+  """Rotate's angle in degrees, before its sign."""
   return 30.0 * level
 
 
 def shear(level: float) -> float:
+  """ShearX's and ShearY's shear, before its sign."""
   return 0.3 * level
 
 
 def translate_fraction(level: float) -> float:
+  """TranslateX's and TranslateY's shift, a fraction of the image's width or height."""
   return TRANSLATE_PX * level / REFERENCE_SIZE
 
 
 def cutout_fraction(level: float) -> float:
+  """Cutout's half-side, a fraction of the image's smaller side."""
   return CUTOUT_PX * level / REFERENCE_SIZE
 
 
 def enhancement_factor(level: float) -> float:
+  """The blend factor of Color, Contrast, Brightness and Sharpness (1 keeps the image)."""
   return 1.8 * level + 0.1
 
 
 def posterize_bits(level: float) -> int:
+  """The most significant bits Posterize keeps."""
   return int(4 * level)
 
 
 def solarize_threshold(level: float) -> int:
+  """The value from which Solarize inverts a pixel."""
   return int(256 * level)
 
 
 def solarize_addition(level: float) -> int:
+  """What SolarizeAdd adds to the pixels below 128."""
   return int(110 * level)
 
 
