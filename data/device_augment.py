@@ -1,9 +1,9 @@
 """The pp's tail on the accelerator (data.augment_on = 'device'): flip_lr, randaug, value_range,
 onehot, multi_hot and keep, in jax.numpy, on the batches the host ships (data/device_split.py).
 
-`run_tail(split, batch)` runs the tail's ops in order on a whole batch: the same ops with the
-same arguments and defaults as data/ops.py's (device_augment_test pins the signatures). The random
-op at place i of the pp string draws, per example, from fold_in(batch[AUGMENT_KEY], i):
+`run_tail(split, batch)` runs the tail's ops in order on a whole batch: data/op_specs.py's ops,
+with its arguments and defaults, as data/ops.py's are. The random op at place i of the pp string
+draws, per example, from fold_in(batch[AUGMENT_KEY], i):
   flip_lr       mirrors an image left-right when bernoulli(1/2) of its key is true;
   randaug       data/randaug_device.py (the host's 16 ops, table and fill, batched);
   value_range   vmin + (x - in_min) * ((vmax - vmin) / (in_max - in_min)) in float32, the host's
@@ -22,9 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from data import device_split
+from data import op_specs
 from data import randaug_device
 
 
+@op_specs.takes('flip_lr')
 def _flip_lr():
   def op(batch, keys):
     flip = jax.vmap(jax.random.bernoulli)(keys)
@@ -33,15 +35,16 @@ def _flip_lr():
   return op
 
 
-def _randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'project'):
+@op_specs.takes('randaug')
+def _randaug(num_layers: int, magnitude: float, arithmetic: str):
   def op(batch, keys):
     return {**batch, 'image': randaug_device.distort(batch['image'], keys, num_layers,
                                                      float(magnitude), arithmetic)}
   return op
 
 
-def _value_range(vmin: float = -1, vmax: float = 1, in_min: float = 0, in_max: float = 255,
-                 clip_values: bool = False):
+@op_specs.takes('value_range')
+def _value_range(vmin: float, vmax: float, in_min: float, in_max: float, clip_values: bool):
   low, scale = np.float32(vmin), np.float32((vmax - vmin) / (in_max - in_min))
 
   def op(batch):
@@ -52,15 +55,16 @@ def _value_range(vmin: float = -1, vmax: float = 1, in_min: float = 0, in_max: f
   return op
 
 
-def _onehot(depth: int, key: str = 'label', key_result: str = 'labels', on: float = 1.0,
-            off: float = 0.0):
+@op_specs.takes('onehot')
+def _onehot(depth: int, key: str, key_result: str, on: float, off: float):
   def op(batch):
     hit = batch[key][:, None] == jnp.arange(depth, dtype=batch[key].dtype)
     return {**batch, key_result: jnp.where(hit, np.float32(on), np.float32(off))}
   return op
 
 
-def _multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
+@op_specs.takes('multi_hot')
+def _multi_hot(depth: int, key: str, key_result: str):
   def op(batch):
     ids = batch[key]
     rows = jnp.broadcast_to(jnp.arange(ids.shape[0])[:, None], ids.shape)
@@ -71,16 +75,16 @@ def _multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
   return op
 
 
+@op_specs.takes('keep')
 def _keep(*keys: str):
   def op(batch):
     return {k: batch[k] for k in keys + ('mask',) if k in batch}
   return op
 
 
-# name -> (factory, random): data/ops.py's OPS for the ops a tail may hold.
-OPS = {'flip_lr': (_flip_lr, True), 'randaug': (_randaug, True),
-       'value_range': (_value_range, False), 'onehot': (_onehot, False),
-       'multi_hot': (_multi_hot, False), 'keep': (_keep, False)}
+# name -> factory: the accelerator's executor of each of data/op_specs.py's DEVICE_OPS.
+OPS = {'flip_lr': _flip_lr, 'randaug': _randaug, 'value_range': _value_range, 'onehot': _onehot,
+       'multi_hot': _multi_hot, 'keep': _keep}
 
 
 def run_tail(split: device_split.Split, batch: dict) -> dict:
@@ -91,9 +95,8 @@ def run_tail(split: device_split.Split, batch: dict) -> dict:
     raise ValueError(f'the tail of {split.pp!r} is random: the batch needs '
                      f'{device_split.AUGMENT_KEY!r} (data.augment_on="device" ships it).')
   for call in split.tail:
-    factory, random = OPS[call.name]
-    op = factory(*call.args, **call.kwargs)
-    if random:
+    op = OPS[call.name](*call.args, **call.kwargs)
+    if op_specs.OPS[call.name].random:
       batch = op(batch, jax.vmap(jax.random.fold_in, (0, None))(keys, call.index))
     else:
       batch = op(batch)
@@ -107,5 +110,5 @@ def tail_images(split: device_split.Split, images: jax.Array) -> jax.Array:
     raise ValueError(f'{split.pp!r}: an evaluation pp has no random ops.')
   for call in split.tail:
     if call.name in device_split.IMAGE_OPS:
-      images = OPS[call.name][0](*call.args, **call.kwargs)({'image': images})['image']
+      images = OPS[call.name](*call.args, **call.kwargs)({'image': images})['image']
   return images

@@ -3,9 +3,10 @@ host ships for them. No TensorFlow and no JAX: the host's pipeline (data/shippin
 program and the evaluator read the same split, and the program is built where TensorFlow is absent.
 
 The tail is the longest run of ops at the end of the string that the accelerator has
-(data/device_augment.py): flip_lr, randaug, value_range, onehot, multi_hot and keep. The head, the
-ops before it, runs on the host as before: decoding, cropping and resizing need the encoded bytes
-or change the image's size. For each example the host ships:
+(data/op_specs.py's DEVICE_OPS, which data/device_augment.py runs: flip_lr, randaug, value_range,
+onehot, multi_hot and keep). The head, the ops before it, runs on the host as before: decoding,
+cropping and resizing need the encoded bytes or change the image's size. For each example the host
+ships:
   'image'        uint8 (H, W, C), the head's output;
   label ids      each tail label op's input (its `key`) as integers: onehot's id, int32 (); for
                  multi_hot, the ids padded with -1 to MAX_LABEL_IDS, int32 (MAX_LABEL_IDS,). A
@@ -21,17 +22,15 @@ transfer changes nothing but the random numbers.
 """
 import dataclasses
 
+from data import op_specs
 from data import pp_syntax
 
 AUGMENT_ON = ('host', 'device')      # data.augment_on's values.
-IMAGE_OPS = ('flip_lr', 'randaug', 'value_range')
-LABEL_OPS = ('onehot', 'multi_hot')
-RANDOM_OPS = ('flip_lr', 'randaug')
-DEVICE_OPS = IMAGE_OPS + LABEL_OPS + ('keep',)
+IMAGE_OPS = op_specs.names('image')
+LABEL_OPS = op_specs.names('label')
+DEVICE_OPS = op_specs.DEVICE_OPS
 AUGMENT_KEY = 'augment_key'
 MAX_LABEL_IDS = 64                   # The label ids a multi-label record may ship.
-# The defaults of data/ops.py's label ops (device_split_test pins them to ops' signatures).
-LABEL_KEY_DEFAULTS = {'onehot': ('label', 'labels'), 'multi_hot': ('labels', 'labels')}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +51,7 @@ class Split:
 
   @property
   def random(self) -> bool:
-    return any(op.name in RANDOM_OPS for op in self.tail)
+    return any(op_specs.OPS[op.name].random for op in self.tail)
 
   @property
   def label_inputs(self) -> tuple[LabelInput, ...]:
@@ -97,11 +96,14 @@ class Split:
 
 
 def label_keys(op: pp_syntax.OpCall) -> tuple[str, str]:
-  """(key, key_result) of a label op, from its arguments or data/ops.py's defaults."""
-  key, result = LABEL_KEY_DEFAULTS[op.name]
-  names = ('depth', 'key', 'key_result')
-  bound = {**dict(zip(names, op.args)), **op.kwargs}
-  return bound.get('key', key), bound.get('key_result', result)
+  """(key, key_result) of a label op, from its arguments or data/op_specs.py's defaults (a
+missing depth is left to the op's own check)."""
+  try:
+    bound = op_specs.OPS[op.name].signature.bind_partial(*op.args, **op.kwargs)
+  except TypeError as e:
+    raise ValueError(f'pp op {op.spec!r}: {e}.') from None
+  bound.apply_defaults()
+  return bound.arguments['key'], bound.arguments['key_result']
 
 
 def label_depth(op: pp_syntax.OpCall) -> int:

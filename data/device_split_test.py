@@ -1,14 +1,11 @@
 """Where a pp string is cut under data.augment_on = 'device', and what the host ships."""
-import inspect
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from data import config as data_config_lib
-from data import device_augment
 from data import device_split
-from data import ops
 from data import shipping
 from testing.data import data_config
 
@@ -47,16 +44,6 @@ def test_a_pp_that_ends_in_the_hosts_ops_has_no_tail_and_a_tail_must_end_in_keep
     data_config(augment_on='gpu')
   with pytest.raises(ValueError, match='data.pp_train: .*keep'):
     data_config(augment_on='device', pp_train='decode|flip_lr')
-
-
-@pytest.mark.parametrize('name', device_augment.OPS)
-def test_device_ops_take_the_host_ops_arguments_and_defaults(name):
-  assert inspect.signature(device_augment.OPS[name][0]) == inspect.signature(ops.OPS[name][0])
-  assert device_augment.OPS[name][1] == ops.OPS[name][1] == (name in device_split.RANDOM_OPS)
-  if name in device_split.LABEL_OPS:
-    parameters = inspect.signature(ops.OPS[name][0]).parameters
-    assert device_split.LABEL_KEY_DEFAULTS[name] == (parameters['key'].default,
-                                                     parameters['key_result'].default)
 
 
 def ship(pp: str, example: dict, seed=(5, 6)) -> dict:

@@ -4,7 +4,9 @@
   keep("image", "labels")   (one line in a config)
 
 Each op is `name` or `name(args)` with Python literal arguments; `build(pp)` turns the string into
-steps and `apply(steps, example, seed)` runs them. Unknown ops fail listing the valid ones.
+steps and `apply(steps, example, seed)` runs them. Unknown ops fail listing the valid ones. Each
+op's arguments, defaults and randomness are data/op_specs.py's, which the accelerator's ops read
+too.
 
 Images. Sources hand over encoded bytes under 'image'; `decode(channels)` turns them into uint8
 (H, W, channels). Every image op after it keeps uint8 (resizing rounds and clips), so RandAugment
@@ -31,11 +33,11 @@ Labels. onehot(n) maps the int 'label' to a float32 one-hot 'labels'; multi_hot(
 list 'labels' (multilabel_records) to a float32 multi-hot 'labels'. Out-of-range ids fail.
 """
 import dataclasses
-import inspect
 from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
+from data import op_specs
 from data import pp_syntax
 from data import randaug as randaug_lib
 
@@ -97,13 +99,12 @@ def _make_step(call: pp_syntax.OpCall, pp: str) -> Step:
   """The step of one parsed op: its factory called with the op's arguments."""
   if call.name not in OPS:
     raise ValueError(f'unknown pp op {call.name!r} in {pp!r}; valid: {", ".join(sorted(OPS))}.')
-  factory, random = OPS[call.name]
   try:
-    fn = factory(*call.args, **call.kwargs)
+    fn = OPS[call.name](*call.args, **call.kwargs)
   except (TypeError, ValueError) as e:
     raise ValueError(f'pp op {call.spec!r}: {e}; signature: '
-                     f'{call.name}{inspect.signature(factory)}.') from None
-  return Step(call.spec, call.name, fn, random, call.index)
+                     f'{call.name}{op_specs.OPS[call.name].signature}.') from None
+  return Step(call.spec, call.name, fn, op_specs.OPS[call.name].random, call.index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,14 +162,16 @@ class _Decode:
     return _with_image(example, image)
 
 
-def decode(channels: int = 3):
+@op_specs.takes('decode')
+def decode(channels: int):
   """Encoded image bytes (JPEG, PNG, GIF, BMP, WebP) -> uint8 (H, W, channels); channels 1 or 3."""
   if channels not in (1, 3):
     raise ValueError(f'decode: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}')
   return _Decode(channels)
 
 
-def resize(size, method: str = 'bilinear', antialias: bool = False):
+@op_specs.takes('resize')
+def resize(size, method: str, antialias: bool):
   """Resizes to exactly `size` (int or (height, width)), ignoring the aspect ratio."""
   size = _pair(size, 'resize')
 
@@ -177,7 +180,8 @@ def resize(size, method: str = 'bilinear', antialias: bool = False):
   return op
 
 
-def resize_small(smaller_size: int, method: str = 'area', antialias: bool = False):
+@op_specs.takes('resize_small')
+def resize_small(smaller_size: int, method: str, antialias: bool):
   """Resizes so the shorter side is `smaller_size`, keeping the aspect ratio (V-MoE eval).
 
   V-MoE's op (vmoe/data/pp_ops.py resize_small): scale = smaller_size / min(h, w), new sides
@@ -197,6 +201,7 @@ def resize_small(smaller_size: int, method: str = 'area', antialias: bool = Fals
   return op
 
 
+@op_specs.takes('central_crop')
 def central_crop(size):
   """Crops the central `size` (int or (height, width)); fails if the image is smaller."""
   crop_h, crop_w = _pair(size, 'central_crop')
@@ -241,8 +246,8 @@ class _InceptionCrop:
     return _with_image(example, self.resized(crop))
 
 
-def inception_crop(size, area_min: float = 5, area_max: float = 100, aspect_min: float = 3 / 4,
-                   aspect_max: float = 4 / 3):
+@op_specs.takes('inception_crop')
+def inception_crop(size, area_min: float, area_max: float, aspect_min: float, aspect_max: float):
   """Random crop of area_min..area_max % of the image, aspect (width / height)
   aspect_min..aspect_max, resized to `size`.
 
@@ -291,6 +296,7 @@ def _decode_and_inception_crop(decode_op: _Decode, crop_op: _InceptionCrop) -> C
   return op
 
 
+@op_specs.takes('flip_lr')
 def flip_lr():
   """Flips left-right with probability 1/2."""
 
@@ -300,7 +306,8 @@ def flip_lr():
   return op
 
 
-def randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'project'):
+@op_specs.takes('randaug')
+def randaug(num_layers: int, magnitude: float, arithmetic: str):
   """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py. `arithmetic`
   'reference' computes what the reference's code does (its golden's outputs), the default
   'project' keeps the meaning recorded pp strings had (data/randaug.py's table)."""
@@ -316,8 +323,8 @@ def randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'proje
   return op
 
 
-def value_range(vmin: float = -1, vmax: float = 1, in_min: float = 0, in_max: float = 255,
-                clip_values: bool = False):
+@op_specs.takes('value_range')
+def value_range(vmin: float, vmax: float, in_min: float, in_max: float, clip_values: bool):
   """Maps pixel values in_min..in_max linearly to vmin..vmax as float32."""
   if in_max <= in_min:
     raise ValueError(f'value_range: need in_max > in_min, got {in_min}, {in_max}')
@@ -348,8 +355,8 @@ def _label(example: dict, key: str, op: str) -> tf.Tensor:
   return example[key]
 
 
-def onehot(depth: int, key: str = 'label', key_result: str = 'labels', on: float = 1.0,
-           off: float = 0.0):
+@op_specs.takes('onehot')
+def onehot(depth: int, key: str, key_result: str, on: float, off: float):
   """The int class id under `key` -> float32 one-hot (depth,) under `key_result`."""
   if not isinstance(depth, int) or depth < 1:
     raise ValueError(f'onehot: depth must be a positive int, got {depth!r}')
@@ -363,7 +370,8 @@ def onehot(depth: int, key: str = 'label', key_result: str = 'labels', on: float
   return op
 
 
-def multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
+@op_specs.takes('multi_hot')
+def multi_hot(depth: int, key: str, key_result: str):
   """The list of int class ids under `key` -> float32 multi-hot (depth,) under `key_result`."""
   if not isinstance(depth, int) or depth < 1:
     raise ValueError(f'multi_hot: depth must be a positive int, got {depth!r}')
@@ -377,6 +385,7 @@ def multi_hot(depth: int, key: str = 'labels', key_result: str = 'labels'):
   return op
 
 
+@op_specs.takes('keep')
 def keep(*keys: str):
   """Keeps only `keys`; a missing key fails naming the keys present."""
   if not keys:
@@ -390,17 +399,9 @@ def keep(*keys: str):
   return op
 
 
-# name -> (factory, random). Random ops receive a stateless seed besides the example.
-OPS = {
-    'decode': (decode, False),
-    'resize': (resize, False),
-    'resize_small': (resize_small, False),
-    'central_crop': (central_crop, False),
-    'inception_crop': (inception_crop, True),
-    'flip_lr': (flip_lr, True),
-    'randaug': (randaug, True),
-    'value_range': (value_range, False),
-    'onehot': (onehot, False),
-    'multi_hot': (multi_hot, False),
-    'keep': (keep, False),
-}
+# name -> factory: the host's executor of each of data/op_specs.py's ops, which says whether it is
+# random (random ops receive a stateless seed besides the example).
+OPS = {'decode': decode, 'resize': resize, 'resize_small': resize_small,
+       'central_crop': central_crop, 'inception_crop': inception_crop, 'flip_lr': flip_lr,
+       'randaug': randaug, 'value_range': value_range, 'onehot': onehot, 'multi_hot': multi_hot,
+       'keep': keep}

@@ -33,35 +33,20 @@ other op changes a random 32x32 image at magnitude 20. So one layer leaves a ran
 with probability (2 + q) / 16, q the chance that all its channels span 0..255 (randaug_test checks
 it). Under 'reference', Solarize inverts every pixel at magnitude 20.
 
-Level -> argument (the reference's formulas, level = magnitude / 10):
-  Rotate           30 * level degrees, random sign
-  ShearX, ShearY   0.3 * level, random sign
-  TranslateX, Y    100 px * level at 224 px, scaled to the image size, random sign
-  Color, Contrast, Brightness, Sharpness   enhancement factor 1.8 * level + 0.1
-  Posterize        keep int(4 * level) bits
-  Solarize         invert pixels >= int(256 * level) (wrapped to uint8 under 'reference')
-  SolarizeAdd      add int(110 * level) to pixels < 128
-  Cutout           grey square of half-side 40 px * level at 224 px, scaled to the image size
-  AutoContrast, Equalize, Invert: no argument.
-Geometric ops and Cutout fill uncovered pixels with grey 128 (the reference's replace value);
-geometric ops sample nearest pixels. Scaling the pixel constants with the image size (the reference
-uses 100 and 40 px whatever the size) keeps the ops meaningful on 28 px images and equals the
-reference at 224 px.
+The op list and its order, the level -> argument table (level = magnitude / 10), the grey fill
+128 and the pixel constants are data/randaug_spec.py's, which the accelerator's RandAugment reads
+too. Geometric ops sample nearest pixels.
 """
 import math
 from typing import NamedTuple
 
 import tensorflow as tf
 
-MAX_LEVEL = 10.0
-FILL = 128
-REFERENCE_SIZE = 224.0   # The pixel constants below are the reference's at this image size.
-TRANSLATE_PX = 100.0
-CUTOUT_PX = 40.0
-# ITU-R 601 luma weights, as tf.image.rgb_to_grayscale and PIL use.
-LUMA = (0.2989, 0.5870, 0.1140)
-# The pp op's `arithmetic` values: the project's, the default, and the reference's code's.
-ARITHMETICS = ('project', 'reference')
+from data import randaug_spec
+
+# data/randaug_spec.py's, named here for this module's callers.
+MAX_LEVEL = randaug_spec.MAX_LEVEL
+ARITHMETICS = randaug_spec.ARITHMETICS
 
 
 class Draws(NamedTuple):
@@ -100,9 +85,9 @@ def distort(image: tf.Tensor, seed: tf.Tensor, num_layers: int, magnitude: float
 
   def layer(i, image):
     choice_seed, op_seed = tf.unstack(tf.random.experimental.stateless_split(layer_seeds[i], 2))
-    choice = tf.random.stateless_uniform([], choice_seed, 0, len(OPS), tf.int32)
+    choice = tf.random.stateless_uniform([], choice_seed, 0, len(randaug_spec.OPS), tf.int32)
     draws = draw(op_seed, height, width)
-    branches = [_branch(fn, image, level, draws) for fn in ops.values()]
+    branches = [_branch(ops[name], image, level, draws) for name in randaug_spec.OPS]
     return i + 1, tf.switch_case(choice, branches)   # Always applied, as in the reference.
 
   # A loop, not a Python for: the 16 branches are traced once, not once per layer.
@@ -135,7 +120,7 @@ def _grayscale(image: tf.Tensor) -> tf.Tensor:
   image = tf.cast(image, tf.float32)
   if image.shape[-1] == 1:
     return image
-  luma = tf.reduce_sum(image * tf.constant(LUMA), axis=-1, keepdims=True)
+  luma = tf.reduce_sum(image * tf.constant(randaug_spec.LUMA), axis=-1, keepdims=True)
   return tf.broadcast_to(luma, tf.shape(image))
 
 
@@ -145,7 +130,7 @@ def _transform(image: tf.Tensor, transform) -> tf.Tensor:
   transform = tf.cast(tf.reshape(tf.stack(transform), [1, 8]), tf.float32)
   out = tf.raw_ops.ImageProjectiveTransformV3(
       images=image[None], transforms=transform, output_shape=tf.shape(image)[:2],
-      fill_value=float(FILL), interpolation='NEAREST', fill_mode='CONSTANT')
+      fill_value=float(randaug_spec.FILL), interpolation='NEAREST', fill_mode='CONSTANT')
   return out[0]
 
 
@@ -194,7 +179,7 @@ def invert(image, level, draws):
 
 def rotate(image, level, draws):
   """Rotation about the centre by 30 * level degrees, random sign."""
-  angle = draws.sign * (30.0 * level) * (math.pi / 180.0)
+  angle = draws.sign * randaug_spec.rotate_degrees(level) * (math.pi / 180.0)
   cos, sin = tf.cos(angle), tf.sin(angle)
   w, h = _size(image, 1) - 1, _size(image, 0) - 1
   # Output (x, y) samples input R(angle) (x - c) + c, c the centre ((w/2, h/2) here in 0-based px).
@@ -206,7 +191,7 @@ def rotate(image, level, draws):
 def posterize(image, level, draws):
   """Keeps the int(4 * level) most significant bits of each pixel."""
   del draws
-  shift = 8 - int(4 * level)
+  shift = 8 - randaug_spec.posterize_bits(level)
   if shift <= 0:
     return image
   if shift >= 8:
@@ -217,19 +202,19 @@ def posterize(image, level, draws):
 def solarize(image, level, draws):
   """Inverts pixels >= int(256 * level)."""
   del draws
-  threshold = int(256 * level)
+  threshold = randaug_spec.solarize_threshold(level)
   return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
 
 
 def solarize_add(image, level, draws):
   """Adds int(110 * level) to pixels below 128 (clipped at 255)."""
   del draws
-  added = tf.cast(tf.clip_by_value(tf.cast(image, tf.int32) + int(110 * level), 0, 255), tf.uint8)
+  added = tf.cast(image, tf.int32) + randaug_spec.solarize_addition(level)
+  added = tf.cast(tf.clip_by_value(added, 0, 255), tf.uint8)
   return tf.where(image < 128, added, image)
 
 
-def _factor(level):
-  return 1.8 * level + 0.1
+_factor = randaug_spec.enhancement_factor
 
 
 def color(image, level, draws):
@@ -274,38 +259,38 @@ def sharpness(image, level, draws):
 
 
 def shear_x(image, level, draws):
-  s = draws.sign * (0.3 * level)
+  s = draws.sign * randaug_spec.shear(level)
   return _transform(image, [1.0, s, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def shear_y(image, level, draws):
-  s = draws.sign * (0.3 * level)
+  s = draws.sign * randaug_spec.shear(level)
   return _transform(image, [1.0, 0.0, 0.0, s, 1.0, 0.0, 0.0, 0.0])
 
 
 def translate_x(image, level, draws):
-  dx = draws.sign * (TRANSLATE_PX * level / REFERENCE_SIZE) * _size(image, 1)
+  dx = draws.sign * randaug_spec.translate_fraction(level) * _size(image, 1)
   return _transform(image, [1.0, 0.0, dx, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def translate_y(image, level, draws):
-  dy = draws.sign * (TRANSLATE_PX * level / REFERENCE_SIZE) * _size(image, 0)
+  dy = draws.sign * randaug_spec.translate_fraction(level) * _size(image, 0)
   return _transform(image, [1.0, 0.0, 0.0, 0.0, 1.0, dy, 0.0, 0.0])
 
 
 def cutout(image, level, draws):
   """Fills a square of half-side 40 px * level (at 224 px) around the drawn centre with grey."""
   h, w = tf.shape(image)[0], tf.shape(image)[1]
-  half = tf.cast(CUTOUT_PX * level / REFERENCE_SIZE * tf.cast(tf.minimum(h, w), tf.float32),
+  half = tf.cast(randaug_spec.cutout_fraction(level) * tf.cast(tf.minimum(h, w), tf.float32),
                  tf.int32)
   cy, cx = draws.centre[0], draws.centre[1]
   rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
   inside = (rows >= cy - half) & (rows < cy + half) & (cols >= cx - half) & (cols < cx + half)
-  return tf.where(inside, tf.constant(FILL, tf.uint8), image)
+  return tf.where(inside, tf.constant(randaug_spec.FILL, tf.uint8), image)
 
 
-# The reference's op list, in its order (the index a layer draws).
-OPS = {
+# Each op's TensorFlow executor, in data/randaug_spec.py's order (the index a layer draws).
+OPS = randaug_spec.in_order({
     'AutoContrast': auto_contrast,
     'Equalize': equalize,
     'Invert': invert,
@@ -322,7 +307,7 @@ OPS = {
     'TranslateY': translate_y,
     'Cutout': cutout,
     'SolarizeAdd': solarize_add,
-}
+})
 
 # ---------------------------------------------------------------------------------------------
 # The reference's arithmetic, where it differs from the project's (the module docstring's table).
@@ -340,30 +325,17 @@ def auto_contrast_reference(image, level, draws):
   return tf.where(hi > lo, _to_uint8(x * scale + offset), image)
 
 
-def reference_posterize_shift(level: float) -> int:
-  """The shift the reference's Posterize gets: TensorFlow casts 8 - bits to the image's uint8
-  (-1 becomes 255) and its shift kernels clamp a shift to 0..7, so 0 bits (shift 8) and more than
-  8 bits keep the top bit."""
-  return min((8 - int(4 * level)) % 256, 7)
-
-
 def posterize_reference(image, level, draws):
   """Posterize with the reference's clamped shift."""
   del draws
-  shift = reference_posterize_shift(level)
+  shift = randaug_spec.reference_posterize_shift(level)
   return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
-
-
-def reference_solarize_threshold(level: float) -> int:
-  """The threshold the reference's Solarize compares a uint8 image with: int(256 * level) cast
-  to uint8, which wraps (256 and 512 become 0, 384 and 640 become 128; big_vision issue #110)."""
-  return int(256 * level) % 256
 
 
 def solarize_reference(image, level, draws):
   """Inverts pixels >= the wrapped threshold (all of them at magnitudes 10 and 20)."""
   del draws
-  threshold = reference_solarize_threshold(level)
+  threshold = randaug_spec.reference_solarize_threshold(level)
   return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
 
 
@@ -406,7 +378,5 @@ REFERENCE_OPS = {**OPS, 'AutoContrast': auto_contrast_reference,
 
 def op_table(arithmetic: str) -> dict:
   """The 16 ops, in the reference's order, of one of ARITHMETICS."""
-  tables = dict(zip(ARITHMETICS, (OPS, REFERENCE_OPS)))
-  if arithmetic not in tables:
-    raise ValueError(f'randaug: arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}')
-  return tables[arithmetic]
+  randaug_spec.check_arithmetic(arithmetic)
+  return dict(zip(ARITHMETICS, (OPS, REFERENCE_OPS)))[arithmetic]

@@ -1,11 +1,12 @@
 """RandAugment in jax.numpy, batched, to run inside the jitted training program on the accelerator.
 
 The same augmentation as the host's TensorFlow RandAugment (data/randaug.py, whose docstring
-states the recipe): its 16 ops in its order (NAMES; an op index means the same op on both sides),
-its level -> argument table, a uniform op choice per layer that is always applied, grey FILL = 128
-for uncovered pixels, nearest sampling for the geometric ops, the translate and cutout pixel
-constants scaled with the image size, and its LUMA weights. Images are uint8 (B, H, W, C), C = 1
-or 3; a 1-channel image is its own grayscale (Color leaves it unchanged, as on the host).
+states the recipe): data/randaug_spec.py's 16 ops in its order (NAMES; an op index means the same
+op on both sides), level -> argument table, grey FILL = 128 for uncovered pixels, pixel constants
+scaled with the image size and LUMA weights, which both sides read; a uniform op choice per layer
+that is always applied, and nearest sampling for the geometric ops. Images are uint8
+(B, H, W, C), C = 1 or 3; a 1-channel image is its own grayscale (Color leaves it unchanged, as on
+the host).
 
 Design. vmapping a 16-way lax.switch runs every branch on every image, so a layer is three batched
 computations instead, each of them an identity for the images whose op it does not cover:
@@ -52,7 +53,7 @@ them into the sum, in any program), Contrast's mean luma comes from exact intege
 (the host sums floats), and the blend's fused multiply-add can move a value within an ulp of an
 integer by one level (Sharpness at magnitude 20: 0.24% of a photo's pixels).
 
-Both of data/randaug.py's arithmetics (ARITHMETICS; `arithmetic` of apply_op, apply_layer and
+Both of data/randaug_spec.py's ARITHMETICS (`arithmetic` of apply_op, apply_layer and
 distort). Under 'reference' the wrapped Solarize threshold, the clamped Posterize shift,
 Contrast's flat uint8(pixel count / 256) and Color's uint8 grey (tf.image.rgb_to_grayscale's
 terms looked up and summed in its order) are exact; AutoContrast's x * scale + offset is within a
@@ -69,19 +70,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# data/randaug.py's constants (its module imports TensorFlow, so they are repeated here; the test
-# checks that they agree).
-MAX_LEVEL = 10.0
-FILL = 128
-REFERENCE_SIZE = 224.0
-TRANSLATE_PX = 100.0
-CUTOUT_PX = 40.0
-LUMA = (0.2989, 0.5870, 0.1140)
+from data import randaug_spec
 
-# data/randaug.py's OPS, in its order: the index a layer draws.
-NAMES = ('AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'Solarize', 'Color',
-         'Contrast', 'Brightness', 'Sharpness', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY',
-         'Cutout', 'SolarizeAdd')
+NAMES = randaug_spec.OPS   # The index a layer draws.
 INDEX = {name: i for i, name in enumerate(NAMES)}
 
 
@@ -103,18 +94,19 @@ def _to_uint8(x: jax.Array) -> jax.Array:
 
 def _factor(level: float) -> np.float32:
   """The enhancement factor of Color, Contrast, Brightness and Sharpness."""
-  return np.float32(1.8 * level + 0.1)
+  return np.float32(randaug_spec.enhancement_factor(level))
 
 
 def _grayscale(x: jax.Array) -> jax.Array:
   """Float luma (..., 1) of float channel values (..., C), here Contrast's channel sums."""
   if x.shape[-1] == 1:
     return x
-  return x[..., 0:1] * LUMA[0] + x[..., 1:2] * LUMA[1] + x[..., 2:3] * LUMA[2]
+  red, green, blue = randaug_spec.LUMA
+  return x[..., 0:1] * red + x[..., 1:2] * green + x[..., 2:3] * blue
 
 
 # value * LUMA[c] in float32 for every uint8 value: the products the host rounds one by one.
-_LUMA_PRODUCTS = np.float32(LUMA)[:, None] * np.arange(256, dtype=np.float32)
+_LUMA_PRODUCTS = np.float32(randaug_spec.LUMA)[:, None] * np.arange(256, dtype=np.float32)
 
 
 def _pixel_grayscale(images: jax.Array) -> jax.Array:
@@ -209,20 +201,21 @@ def _invert_lut(images, level):
 def _posterize_lut(images, level):
   """Keeps the int(4 * level) most significant bits (all 8 from level 2 on, none below 0.25)."""
   del images
-  kept = min(max(int(4 * level), 0), 8)
+  kept = min(max(randaug_spec.posterize_bits(level), 0), 8)
   return (_VALUES & (0xFF << (8 - kept)) & 0xFF).astype(np.uint8)
 
 
 def _solarize_lut(images, level):
   """Inverts values >= int(256 * level)."""
   del images
-  return np.where(_VALUES < int(256 * level), _VALUES, 255 - _VALUES).astype(np.uint8)
+  threshold = randaug_spec.solarize_threshold(level)
+  return np.where(_VALUES < threshold, _VALUES, 255 - _VALUES).astype(np.uint8)
 
 
 def _solarize_add_lut(images, level):
   """Adds int(110 * level) to values below 128 (clipped at 255)."""
   del images
-  added = np.clip(_VALUES + int(110 * level), 0, 255)
+  added = np.clip(_VALUES + randaug_spec.solarize_addition(level), 0, 255)
   return np.where(_VALUES < 128, added, _VALUES).astype(np.uint8)
 
 
@@ -247,14 +240,15 @@ def _posterize_reference_lut(images, level):
   """The reference's shift 8 - int(4 * level), cast to uint8 and clamped to 7 by TensorFlow:
   0 bits or more than 8 keep the top bit."""
   del images
-  shift = min((8 - int(4 * level)) % 256, 7)
+  shift = randaug_spec.reference_posterize_shift(level)
   return ((_VALUES >> shift) << shift).astype(np.uint8)
 
 
 def _solarize_reference_lut(images, level):
   """Inverts values >= int(256 * level) cast to uint8 (wrapped: 256 and 512 become 0)."""
   del images
-  return np.where(_VALUES < int(256 * level) % 256, _VALUES, 255 - _VALUES).astype(np.uint8)
+  threshold = randaug_spec.reference_solarize_threshold(level)
+  return np.where(_VALUES < threshold, _VALUES, 255 - _VALUES).astype(np.uint8)
 
 
 REFERENCE_LUTS = {**LUTS, 'AutoContrast': _auto_contrast_reference_lut,
@@ -317,7 +311,7 @@ DEGENERATES = {'Color': _color_degenerate, 'Contrast': _contrast_degenerate,
 # (v * float32(1 / 255)) * LUMA[c] in float32 for every uint8 value: tf.image.rgb_to_grayscale's
 # terms, each rounded, which it sums in channel order (checked over all 2^24 colours on the host).
 _GREY_TERMS = (np.arange(256, dtype=np.float32) * np.float32(1 / 255))[None] * np.float32(
-    LUMA)[:, None]
+    randaug_spec.LUMA)[:, None]
 
 
 def _color_reference_degenerate(images):
@@ -339,15 +333,14 @@ def _contrast_reference_degenerate(images):
 REFERENCE_DEGENERATES = {**DEGENERATES, 'Color': _color_reference_degenerate,
                          'Contrast': _contrast_reference_degenerate,
                          'Sharpness': lambda images: _sharpness_degenerate(images, truncate=True)}
-# The pp op's `arithmetic` (data/randaug.py's ARITHMETICS) -> its lookup tables and blends.
-ARITHMETICS = {'project': (LUTS, DEGENERATES), 'reference': (REFERENCE_LUTS, REFERENCE_DEGENERATES)}
+# The pp op's `arithmetic` (data/randaug_spec.py's ARITHMETICS) -> its lookup tables and blends.
+ARITHMETICS = dict(zip(randaug_spec.ARITHMETICS, ((LUTS, DEGENERATES),
+                                                  (REFERENCE_LUTS, REFERENCE_DEGENERATES))))
 
 
 def tables(arithmetic: str) -> tuple:
   """The lookup tables and degenerate images of one of ARITHMETICS."""
-  if arithmetic not in ARITHMETICS:
-    raise ValueError(f'randaug: arithmetic must be one of {tuple(ARITHMETICS)}, got '
-                     f'{arithmetic!r}')
+  randaug_spec.check_arithmetic(arithmetic)
   return ARITHMETICS[arithmetic]
 
 
@@ -370,7 +363,7 @@ def _affine(*entries) -> jax.Array:
 
 def _rotate_matrix(level, sign, height, width):
   """Rotation about the centre by 30 * level degrees."""
-  angle = sign * np.float32(30.0 * level) * np.float32(math.pi / 180.0)
+  angle = sign * np.float32(randaug_spec.rotate_degrees(level)) * np.float32(math.pi / 180.0)
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   w, h = np.float32(width - 1), np.float32(height - 1)
   x_offset = (w - (cos * w - sin * h)) / 2
@@ -380,17 +373,17 @@ def _rotate_matrix(level, sign, height, width):
 
 def _shear_x_matrix(level, sign, height, width):
   del height, width
-  return _affine(1.0, sign * np.float32(0.3 * level), 0.0, 0.0, 1.0, 0.0)
+  return _affine(1.0, sign * np.float32(randaug_spec.shear(level)), 0.0, 0.0, 1.0, 0.0)
 
 
 def _shear_y_matrix(level, sign, height, width):
   del height, width
-  return _affine(1.0, 0.0, 0.0, sign * np.float32(0.3 * level), 1.0, 0.0)
+  return _affine(1.0, 0.0, 0.0, sign * np.float32(randaug_spec.shear(level)), 1.0, 0.0)
 
 
 def _translate_px(level, sign, size):
-  """TRANSLATE_PX * level at REFERENCE_SIZE px, scaled to `size`, signed."""
-  return sign * np.float32(TRANSLATE_PX * level / REFERENCE_SIZE) * np.float32(size)
+  """The translation in px of an image side of `size`, signed."""
+  return sign * np.float32(randaug_spec.translate_fraction(level)) * np.float32(size)
 
 
 def _translate_x_matrix(level, sign, height, width):
@@ -408,9 +401,10 @@ MATRICES = {'Rotate': _rotate_matrix, 'ShearX': _shear_x_matrix, 'ShearY': _shea
 
 
 def _cutout_mask(centre: jax.Array, level: float, height: int, width: int) -> jax.Array:
-  """(B, H, W) bool: the square of half-side CUTOUT_PX * level (at REFERENCE_SIZE px, scaled to the
-  smaller side, truncated as the host's float32 arithmetic does) around each centre (B, 2)."""
-  half = int(np.float32(CUTOUT_PX * level / REFERENCE_SIZE) * np.float32(min(height, width)))
+  """(B, H, W) bool: the square of randaug_spec.cutout_fraction's half-side (of the smaller side,
+  truncated as the host's float32 arithmetic does) around each centre (B, 2)."""
+  fraction = np.float32(randaug_spec.cutout_fraction(level))
+  half = int(fraction * np.float32(min(height, width)))
   rows, cols = jnp.arange(height)[None, :, None], jnp.arange(width)[None, None, :]
   cy, cx = centre[:, 0, None, None], centre[:, 1, None, None]
   return (rows >= cy - half) & (rows < cy + half) & (cols >= cx - half) & (cols < cx + half)
@@ -444,7 +438,7 @@ def _warp(images: jax.Array, matrices: jax.Array, hidden=None) -> jax.Array:
   source = jnp.broadcast_to((row * w + col).reshape(b, 1, h * w), (b, c, h * w))
   sampled = _channel_last(jnp.take_along_axis(_channel_major(images), source, axis=-1),
                           images.shape)
-  return jnp.where(inside[..., None], sampled, jnp.uint8(FILL))
+  return jnp.where(inside[..., None], sampled, jnp.uint8(randaug_spec.FILL))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,7 +455,7 @@ def _check(images: jax.Array):
 
 def apply_op(images: jax.Array, op, level: float, sign=None, centre=None,
              arithmetic: str = 'project') -> jax.Array:
-  """Applies one op (an index into NAMES, or its name) at `level` (magnitude / MAX_LEVEL) to every
+  """Applies one op (an index into NAMES, or its name) at `level` (magnitude / 10) to every
   image of a uint8 batch (B, H, W, C), with the ops of `arithmetic` (a key of ARITHMETICS). sign
   (B,) float32 of -1 or +1 is Rotate's, ShearX/Y's and TranslateX/Y's; centre (B, 2) int32 (row,
   column) is Cutout's; other ops ignore them."""
@@ -476,7 +470,8 @@ def apply_op(images: jax.Array, op, level: float, sign=None, centre=None,
   if name in MATRICES:
     return _warp(images, MATRICES[name](level, jnp.asarray(sign, jnp.float32), h, w))
   if name == 'Cutout':
-    return jnp.where(_cutout_mask(centre, level, h, w)[..., None], jnp.uint8(FILL), images)
+    hidden = _cutout_mask(centre, level, h, w)[..., None]
+    return jnp.where(hidden, jnp.uint8(randaug_spec.FILL), images)
   raise ValueError(f'Unknown RandAugment op {op!r}; the ops are {NAMES}.')
 
 
@@ -545,7 +540,7 @@ def distort(images: jax.Array, keys: jax.Array, num_layers: int, magnitude: floa
     raise ValueError(f'randaug_device takes one key per image: {b} images, keys {jnp.shape(keys)}.')
   if num_layers == 0:
     return images
-  level = magnitude / MAX_LEVEL
+  level = magnitude / randaug_spec.MAX_LEVEL
   per_layer = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), draw(keys, num_layers, h, w))
   # A scan, not a Python loop: the layer is traced and compiled once whatever num_layers.
   images, _ = jax.lax.scan(lambda x, d: (apply_layer(x, d, level, arithmetic), None), images,
