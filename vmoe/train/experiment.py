@@ -118,6 +118,8 @@ class Experiment:
            'fewshot.pp': self.fewshot.pp}
     splits = {}
     for key, pp in pps.items():
+      if pp in splits:     # pp_eval is often pp_train: each string is cut once.
+        continue
       try:
         splits[pp] = device_split.tail_on_device(pp, self.data.augment_on)
       except ValueError as e:
