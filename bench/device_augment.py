@@ -26,7 +26,6 @@ from bench import paper_step
 from bench import step
 from bench import timing
 from data import device_augment
-from vmoe.train import train_program
 
 TARGET_SHARE = 0.05
 MAGNITUDES = (10, 20)
@@ -37,7 +36,7 @@ class Augmenter:
   alone, on the synthetic batch that stepper's step takes (bench/step.py synthetic_batch)."""
 
   def __init__(self, device: step.Stepper):
-    self.split = train_program.device_tail(device.experiment)
+    self.split = device.experiment.pp_splits[device.experiment.data.pp_train]
     self.batch = jax.device_put(step.synthetic_batch(device.program))
     self.fn = jax.jit(functools.partial(device_augment.run_tail, self.split))
 

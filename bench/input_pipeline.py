@@ -96,7 +96,7 @@ def images_per_second(config, pp: str, args, augment_on: str = 'host') -> dict:
   classes = device_split.label_depths(pp)[-1]    # The pp's one-hot: 21,843, or the rung's 1,000.
   iterator = pipeline.make_train_iterator(
       dataclasses.replace(config, pp_train=pp, augment_on=augment_on, num_classes=classes),
-      batch_size=args.batch_size, seed=0)
+      batch_size=args.batch_size, seed=0, cut=device_split.tail_on_device(pp, augment_on))
   window = lambda: [next(iterator) for _ in range(args.window_batches)]
   ms = timing.time_ms(window, warmup=args.warmup, repeats=args.windows)
   rate = args.window_batches * args.batch_size / ms * 1e3

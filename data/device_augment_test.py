@@ -29,9 +29,9 @@ def _tail(pp: str):
 
 def _host_and_device(config, pp: str, n: int = 3, **iterator):
   """n training batches of `pp` as the host makes them, and as the device path makes them."""
-  make = lambda augment_on: pipeline.make_train_iterator(
-      dataclasses.replace(config, pp_train=pp, augment_on=augment_on), **iterator)
-  host, device = make('host'), make('device')
+  make = lambda cut: pipeline.make_train_iterator(
+      dataclasses.replace(config, pp_train=pp), cut=cut, **iterator)
+  host, device = make(None), make(device_split.split(pp))
   tail = _tail(pp)
   return [(next(host), next(device), tail) for _ in range(n)]
 

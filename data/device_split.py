@@ -73,13 +73,6 @@ class Split:
     inputs = {label.key for label in self.label_inputs}
     return tuple(k for k in self.keep if k not in made | inputs | {'image'})
 
-  def shipped_keys(self) -> tuple[str, ...]:
-    """The keys the host ships (the module docstring); empty when the tail is empty."""
-    if not self.tail:
-      return ()
-    inputs = dict.fromkeys(label.key for label in self.label_inputs)
-    return ('image', *inputs, *self.passed_keys()) + ((AUGMENT_KEY,) if self.random else ())
-
   def shipped_shapes(self, image_shape: tuple) -> dict:
     """{key: (shape, dtype name)} of one shipped training example, for an image (H, W, C); the
     tail's keep may keep no key it does not make (the training step reads none)."""

@@ -56,20 +56,20 @@ CorruptRecordError = batches.CorruptRecordError
 
 
 def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: int, seed: int,
-                        process_index: int = 0, process_count: int = 1) -> batches.Batches:
+                        process_index: int = 0, process_count: int = 1,
+                        cut: device_split.Split | None = None) -> batches.Batches:
   """Infinite, seeded, resumable iterator over this host's shard of data_config.train_split.
 
   Yields {key: numpy array} batches of batch_size // process_count examples as the pp string
   data_config.pp_train makes them (the trainer expects 'image' float32 (B, H, W, C) and 'labels'
-  float32 (B, num_classes)); under data.augment_on='device', as the host ships them for the
-  accelerator to run the pp's tail (data/device_split.py). get_state() / set_state() save and
-  restore the position.
+  float32 (B, num_classes)); with `cut`, pp_train's Split (vmoe/train/experiment.py
+  Experiment.pp_splits), as the host ships them for the accelerator to run cut's tail
+  (data/device_split.py). get_state() / set_state() save and restore the position.
   """
   local = _local_batch_size(batch_size, process_count)
   if not isinstance(seed, int) or seed < 0:
     raise ValueError(f'seed must be a non-negative int, got {seed!r}')
-  reader, select = _open_reader(data_config, data_config.train_split, data_config.pp_train,
-                                data_config.augment_on == 'device')
+  reader, select = _open_reader(data_config, data_config.train_split, data_config.pp_train, cut)
   num_examples = reader.records.num_examples
   start, stop = orders.host_range(num_examples, process_index, process_count)
   if stop == start:
@@ -84,14 +84,14 @@ def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: 
 
 def make_eval_iterator(data_config: data_config_lib.DataSource, split: str, *, batch_size: int,
                        pp: str | None = None, process_index: int = 0, process_count: int = 1,
-                       on_device: bool = False) -> batches.Batches:
+                       cut: device_split.Split | None = None) -> batches.Batches:
   """One pass over this host's shard of `split`, batches of batch_size // process_count with a
   float32 'mask' (1 real, 0 padding). data_config: a data section, or a few-shot set's source;
-  pp: a pp string (None: the data section's pp_eval); on_device: ship what the pp's tail needs
-  (data/device_split.py) rather than run it."""
+  pp: a pp string (None: the data section's pp_eval); cut: the pp's Split, to ship what its tail
+  needs (data/device_split.py) rather than run it; None runs the whole pp."""
   local = _local_batch_size(batch_size, process_count)
   reader, select = _open_reader(data_config, split, data_config.pp_eval if pp is None else pp,
-                                on_device)
+                                cut)
   num_examples = reader.records.num_examples
   start, stop = orders.host_range(num_examples, process_index, process_count)
   num_batches = math.ceil(math.ceil(num_examples / process_count) / local)
@@ -100,14 +100,15 @@ def make_eval_iterator(data_config: data_config_lib.DataSource, split: str, *, b
 
 
 def fewshot_batches(data_config: data_config_lib.DataSource, split: str, *, shots: int, seed: int,
-                    pp: str, batch_size: int, on_device: bool = False) -> batches.Batches:
+                    pp: str, batch_size: int,
+                    cut: device_split.Split | None = None) -> batches.Batches:
   """Batches (with 'mask') of exactly `shots` examples per class of `split`, drawn with `seed`.
 
   The same seed gives the same examples. All classes of the source count; one with fewer than
   `shots` examples in the split fails naming it. The pp string decides the keys (few-shot
-  evaluators keep the int 'label'); on_device as make_eval_iterator's.
+  evaluators keep the int 'label'); cut as make_eval_iterator's.
   """
-  reader, select = _open_reader(data_config, split, pp, on_device)
+  reader, select = _open_reader(data_config, split, pp, cut)
   if reader.records.num_classes is None:
     raise ValueError(f'few-shot needs a single-label source (an int "label"); '
                      f'{reader.records.description} is multi-label.')
@@ -125,13 +126,12 @@ def split_labels(data_config: data_config_lib.DataSource, split: str) -> np.ndar
 
 
 def _open_reader(data_config: data_config_lib.DataSource, split: str, pp: str,
-                 on_device: bool = False) -> tuple[reader_lib.Reader, Callable | None]:
+                 cut: device_split.Split | None) -> tuple[reader_lib.Reader, Callable | None]:
   """A reader of `split` before pp's steps (with data.cache, of its cached arrays after `decode`),
-  and the batches' `select`: on_device, the reader runs pp's head only and `select` is the host's
-  shipping of what the tail needs (data/shipping.py); else None."""
+  and the batches' `select`: with `cut` (pp's Split), the reader runs its head only and `select`
+  is the host's shipping of what the tail needs (data/shipping.py); else None."""
   records = sources.open_split(data_config, split)
   steps, select = ops.build(pp), None
-  cut = device_split.tail_on_device(pp, 'device' if on_device else 'host')
   if cut is not None:
     steps, select = steps[:cut.head_length], shipping.shipper(cut)
   if not data_config.cache:

@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from base import errors
 from data import config as data_config_lib
+from data import device_split
 from data import pipeline
 from data import sources
 from testing.data import data_config
@@ -50,13 +51,14 @@ def test_resume_gives_exactly_the_next_batches(digits_dir, shuffle_buffer, pp):
 
 
 def test_the_device_path_ships_uint8_ids_and_keys_that_resume(digits_dir):
-  # data.augment_on='device': the host runs decode|inception_crop and ships the rest's inputs.
-  config = data_config(data_dir=digits_dir, pp_train=AUGMENT, augment_on='device')
-  uninterrupted = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  # With the pp's Split (data.augment_on='device'): the host runs decode|inception_crop and ships
+  # the rest's inputs.
+  config, cut = data_config(data_dir=digits_dir, pp_train=AUGMENT), device_split.split(AUGMENT)
+  uninterrupted = pipeline.make_train_iterator(config, batch_size=64, seed=3, cut=cut)
   take(uninterrupted, 14)
   state = uninterrupted.get_state()
   expected = take(uninterrupted, 2)
-  resumed = pipeline.make_train_iterator(config, batch_size=64, seed=3)
+  resumed = pipeline.make_train_iterator(config, batch_size=64, seed=3, cut=cut)
   resumed.set_state(state)
   assert_same_batches(take(resumed, 2), expected)
   batch = expected[0]

@@ -79,7 +79,7 @@ def upstream(workdir: str, overrides: dict | None = None, params: dict | None = 
     step, state = None, converted_state(program, params)
   evaluator = train_evals.Evaluator(
       program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss, num_steps=e.num_train_steps, safe_point=lambda: None)
+      pp_splits=e.pp_splits, loss=e.loss, num_steps=e.num_train_steps, safe_point=lambda: None)
   variables = train_step.model_variables(state)
   metrics = dict(evaluator.upstream(variables))
   if fewshot:

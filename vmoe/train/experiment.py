@@ -20,7 +20,9 @@ import no JAX, each beside what it configures, so that configs/ load without JAX
      training does;
   4. the mesh: its automatic sizes become this run's numbers and it must fit the devices and split
      the experts (vmoe/model/mesh_config.py `resolve`);
-  5. the batch sizes: each a whole number of routing groups on every device (`fit_batches`).
+  5. the batch sizes: each a whole number of routing groups on every device (`fit_batches`);
+  6. the pp strings, cut once for where their tails run (`Experiment.pp_splits`): under
+     data.augment_on = 'device', every pp's tail must be one the accelerator runs.
 Errors are base/errors.py UserErrors naming the key to change (main.py: one line, exit status 2).
 The sections' own checks raise ValueError (they also guard programmatic use), which `parse` turns
 into UserErrors.
@@ -32,6 +34,7 @@ dataclasses, so every default lives in one place, the dataclass.
 """
 from collections.abc import Collection, Mapping
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -42,6 +45,7 @@ import ml_collections as mlc
 
 from base import errors
 from data import config as data_config
+from data import device_split
 from evaluation import eval_config
 from evaluation import fewshot
 from vmoe.model import mesh_config
@@ -101,6 +105,27 @@ class Experiment:
     """The router's name, or 'dense' for a model without MoE layers."""
     return self.moe.router.name if self.moe.router is not None else declarations.DENSE
 
+  @functools.cached_property
+  def pp_splits(self) -> dict[str, device_split.Split | None]:
+    """Each pp string of the run (data.pp_train, data.pp_eval, every eval.sets pp, fewshot.pp)
+    -> the Split whose tail the accelerator runs, or None where the host runs the whole string
+    (data.augment_on = 'host', or a pp ending in the host's ops: data/device_split.py). The
+    pipeline, the training program and the evaluations take their Split from here. Derived from
+    the sections and not a field, so to_dict() and the run's record leave it out; `parse` builds
+    it, so a pp whose tail the accelerator cannot run fails there, naming its key."""
+    pps = {'data.pp_train': self.data.pp_train, 'data.pp_eval': self.data.pp_eval,
+           **{f'eval.sets.{name}': entry[2] for name, entry in self.eval.sets.items()},
+           'fewshot.pp': self.fewshot.pp}
+    splits = {}
+    for key, pp in pps.items():
+      if pp in splits:     # pp_eval is often pp_train: each string is cut once.
+        continue
+      try:
+        splits[pp] = device_split.tail_on_device(pp, self.data.augment_on)
+      except ValueError as e:
+        raise ValueError(f'{key}: {e}') from None
+    return splits
+
   def to_dict(self) -> dict:
     """The resolved config as JSON types (tuples as lists), in the config's layout."""
     return json.loads(json.dumps(dataclasses.asdict(self), default=_mapping_as_dict))
@@ -125,7 +150,12 @@ def parse(config: mlc.ConfigDict | dict, num_devices: int | None = None,
     mesh = mesh_config.resolve(experiment.mesh, num_devices, experiment.moe.num_experts)
   except ValueError as e:
     raise errors.UserError(str(e)) from None
-  return fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
+  experiment = fit_batches(dataclasses.replace(experiment, mesh=mesh), num_devices, fixed)
+  try:
+    experiment.pp_splits    # pylint: disable=pointless-statement  # Built and checked here, once.
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
+  return experiment
 
 
 def resolve_recorded(recorded: dict) -> dict:

@@ -1,12 +1,13 @@
-"""Tests of vmoe/train/experiment.py's batch fitting: batch sizes fitted to the devices, or one
-error naming them all. (What every config parses to, and the errors a bad one gets, are
-configs/configs_test.py's.)"""
+"""Tests of vmoe/train/experiment.py's batch fitting (batch sizes fitted to the devices, or one
+error naming them all) and of its pp strings' cuts (Experiment.pp_splits). (What every config
+parses to, and the errors a bad one gets, are configs/configs_test.py's.)"""
 import json
 import os
 
 import pytest
 
 from base import errors
+from data import device_split
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
 
@@ -82,3 +83,25 @@ def test_recorded_defaults_are_committed_for_reporting_code():
       'json.dump(experiment.recorded_defaults(), open(PATH, \'w\'), indent=1, sort_keys=True)"')
   assert committed['router_options']['lossfree_tc']['bias_update_rate'] == 1e-3
   assert committed['keys']['moe.router.capacity_rounding'] == 'round_half_even'
+
+
+def test_parse_cuts_every_pp_once_and_records_none_of_it(tiny):
+  host, device = tiny(), tiny(**{'data.augment_on': 'device'})
+  pp, fewshot_pp = device.data.pp_train, device.fewshot.pp     # tiny's pp_eval is its pp_train.
+  assert host.pp_splits == {pp: None, fewshot_pp: None}
+  assert device.pp_splits == {pp: device_split.split(pp),
+                              fewshot_pp: device_split.split(fewshot_pp)}
+  # Derived, not a field: the record differs from the host run's in augment_on alone.
+  recorded = device.to_dict()
+  assert recorded == {**host.to_dict(), 'data': {**host.to_dict()['data'], 'augment_on': 'device'}}
+
+
+@pytest.mark.parametrize('key', ['data.pp_train', 'data.pp_eval', 'eval.sets', 'fewshot.pp'])
+def test_a_tail_the_accelerator_cannot_run_fails_at_parse_naming_its_key(tiny, key):
+  tail_without_keep = 'decode(channels=1)|flip_lr'
+  change = ({key: {'extra': ('digits', 'test', tail_without_keep)}} if key == 'eval.sets'
+            else {key: tail_without_keep})
+  tiny(**change)      # The host runs the whole string: nothing to cut.
+  named = 'eval.sets.extra' if key == 'eval.sets' else key
+  with pytest.raises(errors.UserError, match=f'^{named}: pp .* but not in keep'):
+    tiny(**change, **{'data.augment_on': 'device'})

@@ -3,9 +3,9 @@
 This binds the model, mesh and data to evaluation/ (pure precision@1 and the few-shot ridge, which
 know nothing of models or meshes).
 
-`Evaluator(model, mesh, data=, eval_config=, fewshot_config=, loss=, num_steps=, safe_point=)`
-runs them; its `evaluate(variables, step)` -> {metric name: float} runs those that its schedule
-(EvalSchedule) says are due after `step`:
+`Evaluator(model, mesh, data=, eval_config=, fewshot_config=, pp_splits=, loss=, num_steps=,
+safe_point=)` runs them; its `evaluate(variables, step)` -> {metric name: float} runs those that
+its schedule (EvalSchedule) says are due after `step`:
   upstream/prec@1, upstream/loss   on data.eval_split, every eval.every_steps and at the end;
   NAME/prec@1, NAME/loss           with them, on each of eval.sets that is prepared (one warning
                                    line names each set skipped, and how to prepare it);
@@ -19,7 +19,7 @@ is called before every batch, so that a preemption notice can end an evaluation 
 """
 import dataclasses
 import functools
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from absl import logging
 import jax
@@ -55,7 +55,7 @@ def check_available(data: data_config_lib.DataConfig,
                     fewshot_config: fewshot.FewShotConfig) -> None:
   """Fails before anything compiles when a few-shot set is missing, saying how to obtain it."""
   try:
-    check_pp(fewshot_config.pp, data)
+    ops.build(fewshot_config.pp)
   except ValueError as e:
     raise errors.UserError(f'fewshot.pp: {e}') from None
   for name, splits in fewshot_config.datasets.items():
@@ -65,20 +65,6 @@ def check_available(data: data_config_lib.DataConfig,
     except (ValueError, FileNotFoundError) as e:
       raise type(e)(f'few-shot dataset {name!r}: {e}\n(For a few-shot set the directory keys are '
                     f'config.fewshot.data_dir and config.fewshot.manual_dirs.{name}.)') from None
-
-
-def check_pp(pp: str, data: data_config_lib.DataConfig) -> None:
-  """Fails (ValueError) on a pp string that does not build, or whose tail the accelerator cannot
-  run under data.augment_on = 'device' (data/device_split.py)."""
-  ops.build(pp)
-  if data.augment_on == 'device':
-    device_split.split(pp)
-
-
-def on_device_tail(pp: str, data: data_config_lib.DataConfig) -> device_split.Split | None:
-  """The tail of an evaluation pp the accelerator runs under data.augment_on = 'device', or None:
-  the host ships uint8 images and label ids (data/device_split.py)."""
-  return device_split.tail_on_device(pp, data.augment_on)
 
 
 def eval_set_source(data: data_config_lib.DataConfig,
@@ -92,11 +78,11 @@ def eval_set_source(data: data_config_lib.DataConfig,
 def available_eval_sets(data: data_config_lib.DataConfig,
                         eval_config: eval_config.EvalConfig) -> dict:
   """eval.sets less those not prepared, each skipped with one warning line that says how to
-  prepare it; a bad pp string or split fails (a config error, not missing data)."""
+  prepare it; a pp string that does not build fails (a config error, not missing data)."""
   available = {}
   for name, (source_name, split, pp) in eval_config.sets.items():
     try:
-      check_pp(pp, data)
+      ops.build(pp)
     except ValueError as e:
       raise errors.UserError(f'eval.sets.{name} pp: {e}') from None
     source, release = sources.get_source(source_name)
@@ -150,13 +136,16 @@ class Evaluator:
   """The trainer's evaluations of one experiment's model on its mesh (the module docstring):
   `upstream(variables)` and `fewshot(variables)` run one each, `evaluate(variables, step)` runs
   what `schedule` says is due after `step`. variables: the parameters and the routers' state
-  (train_step.model_variables), which evaluation never updates. `loss` names the training loss
-  (vmoe/train/losses.py) that upstream/loss reports; safe_point() runs before every batch."""
+  (train_step.model_variables), which evaluation never updates. pp_splits: each pp string ->
+  the Split whose tail the accelerator runs, or None (vmoe/train/experiment.py
+  Experiment.pp_splits). `loss` names the training loss (vmoe/train/losses.py) that
+  upstream/loss reports; safe_point() runs before every batch."""
 
   def __init__(self, model, mesh, *, data: data_config_lib.DataConfig,
                eval_config: eval_config.EvalConfig, fewshot_config: fewshot.FewShotConfig,
-               loss: str, num_steps: int, safe_point: Callable[[], None]):
-    self.mesh, self.data, self.eval_config = mesh, data, eval_config
+               pp_splits: Mapping[str, device_split.Split | None], loss: str, num_steps: int,
+               safe_point: Callable[[], None]):
+    self.mesh, self.data, self.eval_config, self.pp_splits = mesh, data, eval_config, pp_splits
     self.fewshot_config, self.loss, self.safe_point = fewshot_config, loss, safe_point
     self.schedule = EvalSchedule(num_steps, eval_config.every_steps,
                                  fewshot_config.every_steps if fewshot_config.datasets else None)
@@ -174,7 +163,7 @@ class Evaluator:
     """The jitted function that runs pp's tail on a global batch (images_only: on images), or
     the identity when the host runs the whole pp."""
     if (pp, images_only) not in self._tails:
-      tail = on_device_tail(pp, self.data)
+      tail = self.pp_splits[pp]
       run = device_augment.tail_images if images_only else device_augment.run_tail
       self._tails[pp, images_only] = (lambda batch: batch) if tail is None else jax.jit(
           functools.partial(run, tail))
@@ -216,7 +205,7 @@ class Evaluator:
     batches = pipeline.make_eval_iterator(
         source, split, batch_size=self.eval_config.batch_size, pp=pp,
         process_index=jax.process_index(), process_count=jax.process_count(),
-        on_device=on_device_tail(pp, self.data) is not None)
+        cut=self.pp_splits[pp])
     batch_sharding = sharding.batch_sharding(self.mesh)
     global_batches = (tail(sharding.put_batch(b, batch_sharding))
                       for b in _after_safe_points(batches, self.safe_point))
@@ -235,8 +224,7 @@ class Evaluator:
 
     config = self.fewshot_config
     evaluator = fewshot.FewShotEvaluator(
-        {name: _fewshot_data(self.data, config, name,
-                             on_device_tail(config.pp, self.data) is not None)
+        {name: _fewshot_data(self.data, config, name, self.pp_splits[config.pp])
          for name in config.datasets},
         shots=config.shots, seeds=config.seeds, l2_grid=config.l2_grid)
     return dict(evaluator.run(features))
@@ -249,18 +237,19 @@ def _after_safe_points(batches: Iterable, safe_point: Callable[[], None]) -> Ite
 
 
 def _fewshot_data(data: data_config_lib.DataConfig, fewshot_config: fewshot.FewShotConfig,
-                  name: str, on_device: bool) -> fewshot.FewShotData:
-  """A few-shot set's batches; on_device, with uint8 images for the accelerator's tail."""
+                  name: str, cut: device_split.Split | None) -> fewshot.FewShotData:
+  """A few-shot set's batches; with `cut` (fewshot.pp's Split), with uint8 images for the
+  accelerator's tail."""
   source = fewshot_source(data, fewshot_config, name)
   train_split, test_split = fewshot_config.datasets[name]
   pp, batch_size = fewshot_config.pp, fewshot_config.batch_size
   return fewshot.FewShotData(
-      train_batches=functools.partial(_shots, source, train_split, pp, batch_size, on_device),
+      train_batches=functools.partial(_shots, source, train_split, pp, batch_size, cut),
       test_batches=lambda: pipeline.make_eval_iterator(
-          source, test_split, batch_size=batch_size, pp=pp, on_device=on_device))
+          source, test_split, batch_size=batch_size, pp=pp, cut=cut))
 
 
 def _shots(source: data_config_lib.DataSource, split: str, pp: str, batch_size: int,
-           on_device: bool, shots: int, seed: int):
+           cut: device_split.Split | None, shots: int, seed: int):
   return pipeline.fewshot_batches(source, split, shots=shots, seed=seed, pp=pp,
-                                  batch_size=batch_size, on_device=on_device)
+                                  batch_size=batch_size, cut=cut)

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import optax
 
 from data import device_augment
-from data import device_split
 
 from vmoe.model import sharding
 from vmoe.model import vit
@@ -49,7 +48,7 @@ class TrainProgram:
     """Shapes of one global training batch: 'image' (B, H, W, C) and one-hot 'labels' (B, K); under
     data.augment_on = 'device', what the host ships (data/device_split.py)."""
     e = self.experiment
-    tail = device_tail(e)
+    tail = e.pp_splits[e.data.pp_train]
     if tail is not None:
       return {key: jax.ShapeDtypeStruct((e.batch_size,) + shape, jnp.dtype(dtype))
               for key, (shape, dtype) in tail.shipped_shapes(e.model.image_shape).items()}
@@ -73,18 +72,13 @@ class TrainProgram:
     return int(sum(p.size for p in jax.tree.leaves(self.abstract_state.params)))
 
 
-def device_tail(experiment: experiment_lib.Experiment) -> device_split.Split | None:
-  """The training pp's tail the accelerator runs (data.augment_on = 'device'), or None."""
-  return device_split.tail_on_device(experiment.data.pp_train, experiment.data.augment_on)
-
-
 def build_step(experiment: experiment_lib.Experiment, model, tx, mesh, state_shardings):
   """The training step (the pp's tail under data.augment_on = 'device', then mixup, MoE
   constraints on `mesh`), jitted with its shardings."""
   # Mixup mixes each device's shard on its own (V-MoE's granularity 'device').
   step_fn = train_lib.with_mixup(train_lib.make_train_step(model, tx, experiment.loss),
                                  experiment.mixup_alpha, num_chunks=sharding.batch_shards(mesh))
-  tail = device_tail(experiment)
+  tail = experiment.pp_splits[experiment.data.pp_train]
   if tail is not None:
     step_fn = train_lib.with_device_tail(step_fn, functools.partial(device_augment.run_tail, tail))
   step_fn = sharding.with_mesh(step_fn, mesh)

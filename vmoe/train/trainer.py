@@ -87,7 +87,8 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
   program = train_program.build(e)
   train_iter = pipeline.make_train_iterator(
       e.data, batch_size=e.batch_size, seed=e.seed,
-      process_index=jax.process_index(), process_count=jax.process_count())
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      cut=e.pp_splits[e.data.pp_train])
   writer = observability.make_writer(workdir, e.wandb, e.to_dict())
 
   # 3. State: the newest complete checkpoint, or a fresh initialisation.
@@ -105,7 +106,7 @@ def _train(experiment: experiment_lib.Experiment, workdir: str, config_file: str
           'flops_per_step': flops.lowered_flops(lowered_step), 'num_params': program.num_params()}
   evaluator = train_evals.Evaluator(
       program.model, program.mesh, data=e.data, eval_config=e.eval, fewshot_config=e.fewshot,
-      loss=e.loss, num_steps=e.num_train_steps, safe_point=stop.check)
+      pp_splits=e.pp_splits, loss=e.loss, num_steps=e.num_train_steps, safe_point=stop.check)
   logging.info('%d parameters; %.3g FLOPs per step; step compiled in %.1fs.', cost['num_params'],
                cost['flops_per_step'], cost['compile_seconds'])
   parameter_overview.log_parameter_overview(program.abstract_state.params, include_stats=False)
