@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from data import device_augment
-from data import device_split
+from data.pp import device_augment
+from data.pp import device_split
 
 from vmoe.model import sharding
 from vmoe.model import vit
