@@ -25,7 +25,7 @@ from base import published
 from bench import paper_step
 from bench import step
 from bench import timing
-from data import device_augment
+from data.pp import device_augment
 
 TARGET_SHARE = 0.05
 MAGNITUDES = (10, 20)

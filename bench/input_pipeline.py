@@ -38,11 +38,11 @@ from bench import timing
 from configs import common
 from configs import ilsvrc_s32
 from data import config as data_config
-from data import device_split
-from data import imagenet21k
-from data import ops
-from data import pipeline
-from data import reader
+from data.datasets import imagenet21k
+from data.pp import device_split
+from data.pp import ops
+from data.stream import pipeline
+from data.stream import reader
 
 NUM_CLASSES = 21_843       # V-MoE's ImageNet-21k head.
 TARGET_PER_VCPU = 450      # Issue 51: the rung's pp on the device path, images/s a vCPU ...

@@ -26,8 +26,8 @@ from base import atomic   # pylint: disable=wrong-import-position
 from base import host   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32   # pylint: disable=wrong-import-position
-from data import device_augment   # pylint: disable=wrong-import-position
-from data import device_split   # pylint: disable=wrong-import-position
+from data.pp import device_augment   # pylint: disable=wrong-import-position
+from data.pp import device_split   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
 
 TPU_TOPOLOGY = 'v4:2x2x1'    # The smallest v4 slice libtpu describes; one of its TensorCores.

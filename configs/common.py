@@ -23,7 +23,7 @@ from base import errors
 from base import published
 from configs import blocks
 from data import config as data_config
-from data import imagenet21k_splits
+from data.datasets import imagenet21k_splits
 from evaluation import eval_config
 from evaluation import fewshot
 from vmoe.model import mesh_config

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 import pytest
 
 from configs import common
-from data import imagenet21k_splits
+from data.datasets import imagenet21k_splits
 from results import paper
 from testing import runs
 from vmoe.model import vit

@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 from configs import common
 from configs import ilsvrc_s32
 from configs import ilsvrc_s32_vmoe
-from data import sources
+from data.datasets import sources
 from testing import runs
 from vmoe.model import vit
 from vmoe.routing import declarations

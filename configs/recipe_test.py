@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import common
-from data import orders
+from data.stream import orders
 
 ARCHS = ('b32', 'b16', 'l16')
 ROUTERS = ('softmax_tc', 'sinkhorn_tc', 'softmax_ec', 'sinkhorn_ec', 'sparsity_ec', 'soft_moe')

@@ -12,7 +12,7 @@ checks that need the data itself are sources.check_available's.
 """
 import dataclasses
 
-from data import device_split
+from data.pp import device_split
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Shared fixtures of the data tests."""
 import pytest
 
-from data import sources
+from data.datasets import sources
 from testing.data import MULTILABEL_PP
 from testing.data import data_config
 from testing.data import write_multilabel

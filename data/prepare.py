@@ -31,12 +31,12 @@ import tensorflow_datasets as tfds
 
 from base import errors
 from data import config as data_config
-from data import no_autograph
-from data import ops
-from data import orders
-from data import reader as reader_lib
-from data import records
-from data import sources
+from data.datasets import records
+from data.datasets import sources
+from data.pp import ops
+from data.stream import no_autograph
+from data.stream import orders
+from data.stream import reader as reader_lib
 
 
 def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:

@@ -5,10 +5,10 @@ import shlex
 import numpy as np
 import pytest
 
-from data import embedded
-from data import pipeline
+from data.datasets import embedded
+from data.datasets import sources
 from data import prepare
-from data import sources
+from data.stream import pipeline
 from testing.data import data_config
 from testing.data import write_multilabel
 

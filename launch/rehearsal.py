@@ -213,9 +213,9 @@ def generate(directory: str, scale: Scale) -> None:
   its classes, scale.validation_images validation images) in DIR/archives."""
   # pylint: disable=g-import-not-at-top
   import tensorflow_datasets as tfds
-  from data import imagenet21k
-  from data import sources
-  from data import synthetic
+  from data.datasets import imagenet21k
+  from data.datasets import sources
+  from data.datasets import synthetic
   paths = _paths(directory)
   os.makedirs(paths['archives'], exist_ok=True)
   photo = lambda seed: synthetic.photo(seed, scale.image_size)

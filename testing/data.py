@@ -7,8 +7,8 @@ import numpy as np
 from PIL import Image
 
 from data import config as data_config_lib
-from data import records
-from data.synthetic import photo  # pylint: disable=unused-import  (the tests' name for it)
+from data.datasets import records
+from data.datasets.synthetic import photo  # pylint: disable=unused-import  (the tests' name for it)
 
 
 # The multi-label records' pp (data/conftest.py's `multilabel` set): 4 px, 8 classes, and the key.

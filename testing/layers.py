@@ -1,7 +1,8 @@
 """The project's layers, declared once: which of its packages a module may import.
 
 A module may import its own unit and any unit of a lower rank; an import of a unit of the same or
-a higher rank climbs. Units are top-level packages, or vmoe's subpackages. Beside the ranks:
+a higher rank climbs. Units are top-level packages, vmoe's and data's subpackages, and data's
+top-level modules. Beside the ranks:
 - results/ is reporting code: it may import base/ and, of vmoe/, only the JAX-free names
   (REPORTING_MAY_IMPORT), and no JAX-era library at all (JAX_LIBRARIES);
 - testing/ is imported by tests only: test files (*_test.py) and conftest.py files may import
@@ -13,16 +14,19 @@ and parses every module's imports.
 """
 RANKS = {
     'base': 0,
-    'data': 1,
-    'evaluation': 2,
-    'vmoe': 3, 'vmoe.routing': 3, 'vmoe.run': 3,
-    'vmoe.model': 4,
-    'vmoe.train': 5,
-    'configs': 6,
-    'results': 7,    # Reporting: see REPORTING_MAY_IMPORT.
-    'launch': 8, 'main': 8, 'docs': 8,
-    'bench': 9,      # Benchmarks time what launch/ runs (bench/train_step.py, launch/sweep.py).
-    'testing': 10,
+    # data/ by concern (data/__init__.py): preprocessing, the config section, the sources, the
+    # stream of batches, and the preparation command on top.
+    'data': 1, 'data.pp': 2, 'data.config': 3, 'data.datasets': 4, 'data.stream': 5,
+    'data.prepare': 6,
+    'evaluation': 7,
+    'vmoe': 8, 'vmoe.routing': 8, 'vmoe.run': 8,
+    'vmoe.model': 9,
+    'vmoe.train': 10,
+    'configs': 11,
+    'results': 12,   # Reporting: see REPORTING_MAY_IMPORT.
+    'launch': 13, 'main': 13, 'docs': 13,
+    'bench': 14,     # Benchmarks time what launch/ runs (bench/train_step.py, launch/sweep.py).
+    'testing': 15,
 }
 # Of the units below it, what results/ may import: base/ and vmoe's JAX-free records.
 REPORTING = 'results'
@@ -31,7 +35,7 @@ JAX_LIBRARIES = ('jax', 'flax', 'optax', 'orbax', 'tensorflow', 'tensorflow_data
 # The modules that load no JAX-era library, by unit: the routers' declarations and configs, and
 # every config section's dataclass (vmoe/train/experiment.py parses them).
 PLAIN = (
-    'data.config', 'data.imagenet21k_splits',                             # data
+    'data.config', 'data.datasets.imagenet21k_splits',                    # data
     'evaluation.eval_config', 'evaluation.fewshot',                       # evaluation
     'vmoe.routing.capacity', 'vmoe.routing.declarations', 'vmoe.routing.router_config',
     'vmoe.routing.user_module',                                           # vmoe.routing

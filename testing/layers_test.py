@@ -86,8 +86,9 @@ def test_the_gpu_machines_entry_points_load_without_tensorflow(entry):
 
 
 def test_a_tensorflow_import_on_the_way_is_found():
-  assert 'tensorflow' in loaded_with('data.ops') and 'data.pp_syntax' in loaded_with('data.ops')
-  assert 'tensorflow' not in loaded_with('data.device_augment')
+  assert 'tensorflow' in loaded_with('data.pp.ops')
+  assert 'data.pp.syntax' in loaded_with('data.pp.ops')
+  assert 'tensorflow' not in loaded_with('data.pp.device_augment')
 
 
 def climbs(path: str, source: str) -> list[str]:
@@ -136,7 +137,15 @@ def test_imports_point_down_the_layers():
 
 @pytest.mark.parametrize('path,source,expected', [
     ('vmoe/model/moe.py', 'from vmoe.train import trainer\n', 'vmoe.train is not below vmoe.model'),
-    ('base/stats.py', 'def f():\n  import data.ops\n', 'data is not below base'),
+    ('base/stats.py', 'def f():\n  import data.pp.ops\n', 'data.pp is not below base'),
+    # data/'s subpackages climb as much as the top-level packages do.
+    ('data/pp/ops.py', 'from data.stream import pipeline\n', 'data.stream is not below data.pp'),
+    ('data/config.py', 'from data.datasets import sources\n',
+     'data.datasets is not below data.config'),
+    ('data/datasets/sources.py', 'from data.stream import reader\n',
+     'data.stream is not below data.datasets'),
+    ('data/stream/reader.py', 'def f():\n  from data import prepare\n',
+     'data.prepare is not below data.stream'),
     ('results/tables.py', 'import jax.numpy as jnp\n', 'imports no JAX-era library'),
     ('results/tables.py', 'from vmoe.train import experiment\n', 'may import only'),
     ('launch/rehearsal.py', 'from testing import data\n', 'only tests import testing/'),

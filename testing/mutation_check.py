@@ -71,27 +71,27 @@ MUTATIONS = (
              'return jnp.full(logits.shape, 1.0 / k, jnp.float32)',
              'return jnp.full(logits.shape, 1.0, jnp.float32)',
              ('vmoe/routing/reference_test.py',)),
-    Mutation('device tail draws every op from the same key', 'data/device_augment.py',
+    Mutation('device tail draws every op from the same key', 'data/pp/device_augment.py',
              'jax.vmap(jax.random.fold_in, (0, None))(keys, call.index)',
              'jax.vmap(jax.random.fold_in, (0, None))(keys, 0)',
-             ('data/device_augment_test.py::'
+             ('data/pp/device_augment_test.py::'
               'test_each_random_op_draws_from_its_place_in_the_string',)),
-    Mutation('shipped key ignores the example seed', 'data/shipping.py',
+    Mutation('shipped key ignores the example seed', 'data/stream/shipping.py',
              'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), '
              'tf.constant(0xFFFFFFFF, tf.int64))',
              'low = tf.zeros([2], tf.int64)',
-             ('data/pipeline_test.py::test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
-    Mutation('device multi-hot keeps the padding', 'data/device_augment.py',
+             ('data/stream/pipeline_test.py::test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
+    Mutation('device multi-hot keeps the padding', 'data/pp/device_augment.py',
              'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
-             ('data/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
-    Mutation('Solarize without the wrap', 'data/randaug.py',
+             ('data/pp/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
+    Mutation('Solarize without the wrap', 'data/pp/randaug.py',
              'return int(256 * level) % 256', 'return int(256 * level)',
-             ('data/randaug_golden_test.py::'
+             ('data/pp/randaug_golden_test.py::'
               'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
-    Mutation('Contrast toward the true mean', 'data/randaug.py',
+    Mutation('Contrast toward the true mean', 'data/pp/randaug.py',
              'level_value = reference_contrast_level(tf.shape(image)[0], tf.shape(image)[1])',
              'level_value = tf.reduce_mean(_grayscale(image))',
-             ('data/randaug_golden_test.py::'
+             ('data/pp/randaug_golden_test.py::'
               'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
     Mutation('MLP GELU without its tanh approximation', 'vmoe/model/vit.py',
              "h = dropout(nn.gelu(dense(self.mlp_dim, 'fc1')(x)))",
@@ -129,10 +129,10 @@ MUTATIONS = (
              'path.rhs / (path.eigenvalues + 2 * l2)[:, None]',
              ('evaluation/fewshot_golden_test.py::'
               'test_ridge_accuracy_equals_big_visions_for_every_l2',)),
-    Mutation("the inception crop's area range", 'data/ops.py',
+    Mutation("the inception crop's area range", 'data/pp/ops.py',
              'def inception_crop(size, area_min: float = 5,',
              'def inception_crop(size, area_min: float = 8,',
-             ('data/ops_golden_test.py::test_window_area_and_aspect_are_distributed_as_v_moes',)),
+             ('data/pp/ops_golden_test.py::test_window_area_and_aspect_are_distributed_as_v_moes',)),
 )
 
 

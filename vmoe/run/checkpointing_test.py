@@ -13,8 +13,8 @@ from orbax.checkpoint._src.serialization import serialization as orbax_serializa
 import pytest
 
 from base import errors
-from data import pipeline
-from data import sources
+from data.datasets import sources
+from data.stream import pipeline
 from testing import checkpoint_faults
 from testing import full_disk
 from testing import watchdog

@@ -45,7 +45,7 @@ import ml_collections as mlc
 
 from base import errors
 from data import config as data_config
-from data import device_split
+from data.pp import device_split
 from evaluation import eval_config
 from evaluation import fewshot
 from vmoe.model import mesh_config

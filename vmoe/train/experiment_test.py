@@ -7,7 +7,7 @@ import os
 import pytest
 
 from base import errors
-from data import device_split
+from data.pp import device_split
 from vmoe.run import run_outputs
 from vmoe.train import experiment as experiment_lib
 

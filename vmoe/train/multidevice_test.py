@@ -35,8 +35,8 @@ import numpy as np
 import optax
 import pytest
 
-from data import device_augment
-from data import device_split
+from data.pp import device_augment
+from data.pp import device_split
 from vmoe.model import mesh_config
 from vmoe.model import sharding
 from vmoe.routing import lab_routers

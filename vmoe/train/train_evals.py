@@ -28,11 +28,11 @@ import numpy as np
 
 from base import errors
 from data import config as data_config_lib
-from data import device_augment
-from data import device_split
-from data import ops
-from data import pipeline
-from data import sources
+from data.pp import device_augment
+from data.pp import device_split
+from data.pp import ops
+from data.stream import pipeline
+from data.datasets import sources
 from evaluation import classify
 from evaluation import eval_config
 from evaluation import fewshot

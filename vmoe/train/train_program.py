@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from data import device_augment
+from data.pp import device_augment
 
 from vmoe.model import sharding
 from vmoe.model import vit

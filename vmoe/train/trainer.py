@@ -28,8 +28,8 @@ from base import atomic
 from base import errors
 from base import host
 from base import revision
-from data import pipeline
-from data import sources
+from data.datasets import sources
+from data.stream import pipeline
 from evaluation import fewshot
 from vmoe.model import sharding
 from vmoe.routing import declarations

@@ -1,0 +1,8 @@
+"""Preprocessing: the syntax of a pp string (syntax.py), the host's registered TensorFlow ops
+(ops.py) and RandAugment (randaug.py), the split of a pp string into the host's head and the
+accelerator's tail (device_split.py) and the tail in JAX (device_augment.py, randaug_device.py).
+
+May import base/ only: the rest of data/ builds on it. syntax.py and device_split.py load
+neither TensorFlow nor JAX (data/config.py and the training program import them), and nor does
+this file.
+"""
