@@ -1,11 +1,11 @@
 """The pp's tail on the accelerator (data.augment_on = 'device'): flip_lr, randaug, value_range,
-onehot, multi_hot and keep, in jax.numpy, on the batches the host ships (data/device_split.py).
+onehot, multi_hot and keep, in jax.numpy, on the batches the host ships (data/pp/device_split.py).
 
 `run_tail(split, batch)` runs the tail's ops in order on a whole batch: the same ops with the
-same arguments and defaults as data/ops.py's (device_augment_test pins the signatures). The random
-op at place i of the pp string draws, per example, from fold_in(batch[AUGMENT_KEY], i):
+same arguments and defaults as data/pp/ops.py's (device_augment_test pins the signatures). The
+random op at place i of the pp string draws, per example, from fold_in(batch[AUGMENT_KEY], i):
   flip_lr       mirrors an image left-right when bernoulli(1/2) of its key is true;
-  randaug       data/randaug_device.py (the host's 16 ops, table and fill, batched);
+  randaug       data/pp/randaug_device.py (the host's 16 ops, table and fill, batched);
   value_range   vmin + (x - in_min) * ((vmax - vmin) / (in_max - in_min)) in float32, the host's
                 formula (XLA may fuse the multiply and add: within an ulp of the host's);
   onehot        the int32 id -> float32 (depth,) of `on` and `off`;
@@ -13,7 +13,7 @@ op at place i of the pp string draws, per example, from fold_in(batch[AUGMENT_KE
                 depth) one-hot in between);
   keep          the named keys and the evaluation's 'mask'.
 Flip and RandAugment draw other numbers than the host's TensorFlow ops; given the same draws each
-RandAugment op agrees with the host's within data/randaug_device.py's stated bounds. Jittable,
+RandAugment op agrees with the host's within data/pp/randaug_device.py's stated bounds. Jittable,
 and sharded along the batch like any per-example computation: every example's output depends on
 its own pixels and key only.
 """
@@ -77,7 +77,7 @@ def _keep(*keys: str):
   return op
 
 
-# name -> (factory, random): data/ops.py's OPS for the ops a tail may hold.
+# name -> (factory, random): data/pp/ops.py's OPS for the ops a tail may hold.
 OPS = {'flip_lr': (_flip_lr, True), 'randaug': (_randaug, True),
        'value_range': (_value_range, False), 'onehot': (_onehot, False),
        'multi_hot': (_multi_hot, False), 'keep': (_keep, False)}

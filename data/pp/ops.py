@@ -301,9 +301,9 @@ def flip_lr():
 
 
 def randaug(num_layers: int = 2, magnitude: float = 15, arithmetic: str = 'project'):
-  """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py. `arithmetic`
+  """RandAugment(num_layers, magnitude) on uint8 images; see data/pp/randaug.py. `arithmetic`
   'reference' computes what the reference's code does (its golden's outputs), the default
-  'project' keeps the meaning recorded pp strings had (data/randaug.py's table)."""
+  'project' keeps the meaning recorded pp strings had (data/pp/randaug.py's table)."""
   if not isinstance(num_layers, int) or num_layers < 0 or magnitude < 0:
     raise ValueError(f'randaug: need an int num_layers >= 0 and magnitude >= 0, got '
                      f'{num_layers}, {magnitude}')

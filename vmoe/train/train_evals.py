@@ -69,7 +69,7 @@ def check_available(data: data_config_lib.DataConfig,
 
 def check_pp(pp: str, data: data_config_lib.DataConfig) -> None:
   """Fails (ValueError) on a pp string that does not build, or whose tail the accelerator cannot
-  run under data.augment_on = 'device' (data/device_split.py)."""
+  run under data.augment_on = 'device' (data/pp/device_split.py)."""
   ops.build(pp)
   if data.augment_on == 'device':
     device_split.split(pp)
@@ -77,7 +77,7 @@ def check_pp(pp: str, data: data_config_lib.DataConfig) -> None:
 
 def on_device_tail(pp: str, data: data_config_lib.DataConfig) -> device_split.Split | None:
   """The tail of an evaluation pp the accelerator runs under data.augment_on = 'device', or None:
-  the host ships uint8 images and label ids (data/device_split.py)."""
+  the host ships uint8 images and label ids (data/pp/device_split.py)."""
   return device_split.tail_on_device(pp, data.augment_on)
 
 
