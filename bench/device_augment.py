@@ -1,5 +1,5 @@
-"""The accelerator's share of augmentation: data/device_augment.py beside the rung's S/32 training
-step, timed in one process (a benchmark, not a test).
+"""The accelerator's share of augmentation: data/pp/device_augment.py beside the rung's S/32
+training step, timed in one process (a benchmark, not a test).
 
   python -m bench.device_augment --out bench/results/device_augment.json
 
@@ -7,7 +7,7 @@ Rows, timed in interleaved rounds (bench/step.py): the ImageNet-1k rung's traini
 (VMoE-S/32, Softmax Token Choice at c = 1, configs/ilsvrc_s32.py; on CPU 8 images and E = 4, as
 bench/paper_step.py) on the host path (float32 batches); then, for RandAugment at the rung's
 magnitude 10 and at V-MoE's ImageNet-21k magnitude 20, the pp's tail alone (flip, RandAugment
-(2, m), value range, one-hot: data/device_augment.py run_tail) on the same number of 224 px uint8
+(2, m), value range, one-hot: data/pp/device_augment.py run_tail) on the same number of 224 px uint8
 images as the host ships them, and the rung's step on the device path (data.augment_on =
 'device': that tail inside the step). `share` is the tail's time over the host-path step's, the
 target at most 5% (issue 51); `step_share` is the device-path step's over the host-path step's,
@@ -32,7 +32,7 @@ MAGNITUDES = (10, 20)
 
 
 class Augmenter:
-  """The jitted tail of a device-path stepper's training pp (data/device_augment.py run_tail),
+  """The jitted tail of a device-path stepper's training pp (data/pp/device_augment.py run_tail),
   alone, on the synthetic batch that stepper's step takes (bench/step.py synthetic_batch)."""
 
   def __init__(self, device: step.Stepper):

@@ -4,8 +4,8 @@
 
 Writes an ImageNet-21k archive of random photo-sized JPEGs (default 300 of 320..500 px a side,
 about 100 kB each, near ImageNet's average of about 110 kB, so decoding costs what photos cost),
-builds it with the ImageNet-21k TFDS builder, and times data.pipeline.make_train_iterator, in one
-run, on these pps:
+builds it with the ImageNet-21k TFDS builder, and times data.stream.pipeline.make_train_iterator, in
+one run, on these pps:
   randaug          the paper configs' training pp (V-MoE's ImageNet-21k: decode|inception_crop|
                    flip|RandAugment(2, 20)|value range|one-hot), all of it on the host;
   randaug_device   the same pp under data.augment_on='device' (the configs' setting): the host
@@ -16,7 +16,7 @@ run, on these pps:
   no_randaug       V-MoE's pp without RandAugment, on the host;
   full_decode      no_randaug with the whole JPEG decoded before the crop (an op between decode
                    and inception_crop keeps them apart), as before the windowed decode;
-and the floor: one core decoding the same kind of windows (data/ops.py's fused decode and crop)
+and the floor: one core decoding the same kind of windows (data/pp/ops.py's fused decode and crop)
 and resizing them, nothing else, over the archive's JPEGs held in memory. Each pipeline row gives
 its images/second and per vCPU (divided by its parallel calls, one core each). Compare them with
 the training step's images/second to know whether input or model bounds a step on this host.
@@ -106,7 +106,7 @@ def images_per_second(config, pp: str, args, augment_on: str = 'host') -> dict:
 
 
 def floor(jpegs: list[bytes], size: int, args) -> dict:
-  """One core decoding each JPEG's crop window and resizing it (data/ops.py's fused decode and
+  """One core decoding each JPEG's crop window and resizing it (data/pp/ops.py's fused decode and
   inception_crop), nothing else: images/second of the median timed pass over `jpegs`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after data/'s no_keras)
   steps = ops.build(f'decode|inception_crop({size})')

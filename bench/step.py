@@ -80,7 +80,7 @@ class Stepper:
 
 def synthetic_batch(program: train_program.TrainProgram) -> dict:
   """A batch of the step's abstract batch: uniform float32 images and random one-hot labels, or
-  under data.augment_on = 'device' what the host ships (data/device_split.py): uniform uint8
+  under data.augment_on = 'device' what the host ships (data/pp/device_split.py): uniform uint8
   images, random label ids and one key per example."""
   rng = np.random.default_rng(0)
   e = program.experiment

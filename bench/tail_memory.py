@@ -3,7 +3,7 @@
 
   python -m bench.tail_memory --out bench/results/tail_memory.json
 
-The training tails (data/device_augment.py run_tail: flip_lr, randaug(2, m), value_range, onehot,
+The training tails (data/pp/device_augment.py run_tail: flip_lr, randaug(2, m), value_range, onehot,
 keep) of the ImageNet-1k rung (m = 10, configs/ilsvrc_s32.py) and of the paper's ImageNet-21k
 recipe (m = 20, configs/common.py), on the uint8 224 px batches the host ships, are compiled for
 one TensorCore of a TPU v4 by XLA:TPU's compiler (launch/tpu_compiler.py: nothing runs) and for

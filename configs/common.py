@@ -37,11 +37,11 @@ from vmoe.run import wandb_config
 from vmoe.train import optim_config
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
-# single 'full' split for validation and trains on the rest (data/imagenet21k_splits.py). The data
-# block records the training count as data.train_images, and sources.check_available refuses a
-# prepared split of another size (the winter21 release: 19,167 synsets, ~13.15M images), since
-# num_train_steps counts epochs of these images (data/imagenet21k.py says why it refuses rather
-# than recount).
+# single 'full' split for validation and trains on the rest (data/datasets/imagenet21k_splits.py).
+# The data block records the training count as data.train_images, and sources.check_available
+# refuses a prepared split of another size (the winter21 release: 19,167 synsets, ~13.15M images),
+# since num_train_steps counts epochs of these images (data/datasets/imagenet21k.py says why it
+# refuses rather than recount).
 IMAGENET21K_CLASSES = 21_843
 # V-MoE pretrain_imagenet21k.py: 'ViT-B/16, E=8, K=2, Every 2, 300 Epochs' with RandAugment
 # (2, 20) and mixup 0.5, its "strong" augmentation; 90 epochs (ViT's i21k schedule) would be
@@ -189,7 +189,7 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       name='imagenet21k',
       train_split=imagenet21k_splits.SPLIT_ALIASES['train_minus_holdout'],
       eval_split=imagenet21k_splits.SPLIT_ALIASES['holdout'],
-      # RandAugment with the reference's arithmetic (data/randaug.py; docs/fidelity.md D12).
+      # RandAugment with the reference's arithmetic (data/pp/randaug.py; docs/fidelity.md D12).
       pp_train=(f'decode|inception_crop({image_size})|flip_lr|'
                 f"randaug(2, 20, arithmetic='reference')|value_range(-1, 1)|{labels}"),
       # V-MoE dataset.val.process: 'decode|resize_small(256)|central_crop(224)|...', the shorter

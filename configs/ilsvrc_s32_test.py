@@ -124,7 +124,7 @@ def test_the_published_cell_is_vmoes_file_value_by_value():
   # 300 epochs (the description): V-MoE's ceil(300 x 1,268,355 / 8192) = ceil(46,448.5) steps.
   assert config.num_train_steps == 46_449
   # FILE: 'decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2, 10)|value_range(-1,1)|onehot',
-  # with RandAugment's arithmetic as the reference's code computes it (data/randaug.py).
+  # with RandAugment's arithmetic as the reference's code computes it (data/pp/randaug.py).
   assert config.data.pp_train.startswith(
       "decode|inception_crop(224)|flip_lr|randaug(2, 10, arithmetic='reference')|"
       'value_range(-1, 1)|onehot(1000,')

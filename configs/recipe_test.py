@@ -121,9 +121,9 @@ def test_the_shared_recipe_is_the_one_common_builds():
 
 
 def test_the_shuffle_buffer_shuffles_within_its_250_000_wide_window():
-  # data.shuffle_buffer = W as the pipeline uses it (data/orders.py EpochOrder): record i sorts by
-  # i + W u, u ~ U(0, 1). Away from the shard's ends (W <= i < N - W) its new position is about
-  # #{j: j + W u_j < i + W u_i} = i + W u_i - W / 2, so it moves W (u_i - 1/2), uniform on
+  # data.shuffle_buffer = W as the pipeline uses it (data/stream/orders.py EpochOrder): record i
+  # sorts by i + W u, u ~ U(0, 1). Away from the shard's ends (W <= i < N - W) its new position is
+  # about #{j: j + W u_j < i + W u_i} = i + W u_i - W / 2, so it moves W (u_i - 1/2), uniform on
   # [-W/2, W/2]: mean |move| = W / 4 = 62,500. Over 500,000 such records that mean has a standard
   # error of W sqrt(1/48) / sqrt(500,000) ~ 51 (and each position a counting noise of ~sqrt(W / 6)
   # ~ 200 records), so 1% (625) holds it; a window of 245,000 or 255,000 (means 61,250, 63,750)

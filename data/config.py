@@ -1,10 +1,10 @@
 """The data section of a config (`config.data`) and the source it reads, as typed records.
 
-`DataSource` names a data set's records: the source (data/sources.py SOURCES), where it is stored,
-for user files their glob and format, and whether they are cached decoded. It identifies a split's
-records in the pipeline's caches, and data/prepare.py builds sources by name. `DataConfig` adds
-what the trainer reads of them: the splits, the pp strings, the class count, shuffling and where
-the pp's tail runs. Few-shot sets are DataSources (vmoe/train/train_evals.py). configs/ build
+`DataSource` names a data set's records: the source (data/datasets/sources.py SOURCES), where it is
+stored, for user files their glob and format, and whether they are cached decoded. It identifies a
+split's records in the pipeline's caches, and data/prepare.py builds sources by name. `DataConfig`
+adds what the trainer reads of them: the splits, the pp strings, the class count, shuffling and
+where the pp's tail runs. Few-shot sets are DataSources (vmoe/train/train_evals.py). configs/ build
 `config.data` from `DataConfig`, so its defaults are the configs'.
 
 Light on purpose (no TensorFlow): the configs' parse imports it before anything heavy loads; the
@@ -19,8 +19,8 @@ from data.pp import device_split
 class DataSource:
   """Where a data set's records are: data.name and its directories or files.
 
-  name: a source of data/sources.py (name[/release] for ImageNet-21k). data_dir: where TFDS keeps
-  prepared data sets (None: TFDS's default). manual_dir: where archives downloaded by hand are
+  name: a source of data/datasets/sources.py (name[/release] for ImageNet-21k). data_dir: where TFDS
+  keeps prepared data sets (None: TFDS's default). manual_dir: where archives downloaded by hand are
   (Fashion-MNIST's IDX files; None: the Debian package's directory). files, file_format: the
   glob and format of multilabel_records files. cache: decode a split once and keep it in memory
   (the small embedded sets).
@@ -42,13 +42,14 @@ class DataSource:
 class DataConfig(DataSource):
   """`config.data`: training and held-out splits of one source, their pp strings and classes.
 
-  pp_train / pp_eval: pp strings (data/ops.py) ending in float32 'image' and one-hot 'labels'.
-  shuffle_buffer: the locality of the training order (data/pipeline.py; >= the split: a uniform
-  permutation). train_images: the training split's size num_train_steps counts epochs of (checked by
-  sources.check_available); None counts no epochs. augment_on: where the pp strings' tails run
-  ('host', or 'device': the accelerator runs the flip, RandAugment, value range, one-hot and
-  keep at the end of every pp string, training, evaluation and few-shot; data/device_split.py;
-  vmoe/train/experiment.py's parse cuts every pp string once and checks its tail).
+  pp_train / pp_eval: pp strings (data/pp/ops.py) ending in float32 'image' and one-hot 'labels'.
+  shuffle_buffer: the locality of the training order (data/stream/pipeline.py; >= the split: a
+  uniform permutation). train_images: the training split's size num_train_steps counts epochs of
+  (checked by sources.check_available); None counts no epochs. augment_on: where the pp strings'
+  tails run ('host', or 'device': the accelerator runs the flip, RandAugment, value range, one-hot
+  and keep at the end of every pp string, training, evaluation and few-shot;
+  data/pp/device_split.py; vmoe/train/experiment.py's parse cuts every pp string once and checks
+  its tail).
   """
   train_split: str
   eval_split: str

@@ -7,8 +7,8 @@
   .venv/bin/python -m data.prepare embedded [--data_dir=DIR]
   .venv/bin/python -m data.prepare check NAME --split=SPLIT [--data_dir=DIR] [--files=GLOB ...]
 
-build: prepares a source of data/sources.py in the array_record format the pipeline reads by
-  random access (fashion_mnist and digits prepare themselves on first use).
+build: prepares a source of data/datasets/sources.py in the array_record format the pipeline reads
+  by random access (fashion_mnist and digits prepare themselves on first use).
 convert: writes an array_record copy of every TFRecord shard of a data set already prepared in
   the TFRecord format (TFDS's default) and records the new format in its dataset_info.json, so
   an existing ImageNet need not be rebuilt from the archives. Needs as much free space again.
@@ -53,7 +53,7 @@ def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
     if e.name != 'importlib_resources':
       raise
     # TFDS 4.9.10 imports it for builders inside its package (imagenet2012) but only declares it
-    # for Python < 3.9; see data/builder_base.py.
+    # for Python < 3.9; see data/datasets/builder_base.py.
     raise ModuleNotFoundError(
         f'Building {name} with TFDS needs the package importlib_resources: '
         '.venv/bin/pip install importlib_resources (requirements.txt should pin it).') from e

@@ -22,7 +22,8 @@ def test_build_prepares_array_record(tmp_path, capsys):
 
 
 def test_embedded_prepares_the_embedded_sets(tmp_path, capsys, monkeypatch):
-  monkeypatch.setattr(prepare, 'EMBEDDED', ('digits',))   # Fashion-MNIST: data/embedded_test.py.
+  # Fashion-MNIST: data/datasets/embedded_test.py.
+  monkeypatch.setattr(prepare, 'EMBEDDED', ('digits',))
   prepare.main(['embedded', '--data_dir', str(tmp_path)])
   assert 'Prepared digits.' in capsys.readouterr().out
   assert (tmp_path / 'sklearn_digits' / '1.0.0' / 'dataset_info.json').exists()

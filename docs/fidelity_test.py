@@ -170,7 +170,7 @@ def test_the_checks_catch_a_moved_test_and_an_unpinned_row():
       f'| a | b | c | d | `{this}::test_every_named_node_exists` and `::no_such_test` | '
       'hand-worked only |',
       '| e | f | g | h | mechanism only | config value: nothing to run |',
-      '| i | j | k | l | value none — not pinned | golden: `data/ops_golden_test.py::'
+      '| i | j | k | l | value none — not pinned | golden: `data/pp/ops_golden_test.py::'
       'test_deterministic_image_ops_equal_v_moes` |',
       f'| m | n | o | p | value none — not pinned | golden: `{this}::test_only_collected_tests'
       '_count` |',

@@ -8,7 +8,7 @@ every other block, a head of 21,843 classes) on NUM_DEVICES simulated CPU device
 own mesh (mesh.expert = gcd(8, E) = 8: data 1 x expert 8), in stages, each its own process:
   estimate  the memory of E experts (below); E is refused if it exceeds this machine's memory.
   generate  an ImageNet-21k fall11 archive and the two ImageNet-1k archives, in the releases'
-            layouts, of photograph-sized JPEGs (data/synthetic.py photo; `Scale`).
+            layouts, of photograph-sized JPEGs (data/datasets/synthetic.py photo; `Scale`).
   build     both with `python -m data.prepare build`, the builders a user runs on the real ones.
   train     main.py: RandAugment and mixup (the config's), 64 images a step. A SIGTERM after
             step STOP_AFTER, as a preemption sends, makes it save a checkpoint of the whole state
@@ -80,7 +80,7 @@ SHOTS = 10                     # Per ImageNet-1k class: exactly the 10-shot set.
 ALLOWANCE_BYTES = 5 * 2 ** 30
 GIB = 2 ** 30
 REPORT_FILE = 'rehearsal.json'
-FALL11 = 'imagenet21k/fall11'  # The release the paper configs count (data/imagenet21k.py
+FALL11 = 'imagenet21k/fall11'  # The release the paper configs count (data/datasets/imagenet21k.py
                                # RELEASES[0]).
 SAMPLE_SECONDS = 0.5
 # The console lines the stages are recognised by: observability.Progress's progress line and

@@ -80,7 +80,8 @@ MUTATIONS = (
              'low = tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), '
              'tf.constant(0xFFFFFFFF, tf.int64))',
              'low = tf.zeros([2], tf.int64)',
-             ('data/stream/pipeline_test.py::test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
+             ('data/stream/pipeline_test.py::'
+              'test_the_device_path_ships_uint8_ids_and_keys_that_resume',)),
     Mutation('device multi-hot keeps the padding', 'data/pp/device_augment.py',
              'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
              ('data/pp/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
@@ -132,7 +133,8 @@ MUTATIONS = (
     Mutation("the inception crop's area range", 'data/pp/ops.py',
              'def inception_crop(size, area_min: float = 5,',
              'def inception_crop(size, area_min: float = 8,',
-             ('data/pp/ops_golden_test.py::test_window_area_and_aspect_are_distributed_as_v_moes',)),
+             ('data/pp/ops_golden_test.py::'
+              'test_window_area_and_aspect_are_distributed_as_v_moes',)),
 )
 
 

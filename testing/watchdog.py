@@ -3,7 +3,7 @@ every thread's Python stack to stderr, so a hang reports which thread waits on w
 that time ran out.
 
 Two levels, because a hang can hold the GIL (tf.data's autotuner once held it for tens of seconds
-in an iterator's destructor, data/reader.py parallel_calls), and then no Python code runs:
+in an iterator's destructor, data/stream/reader.py parallel_calls), and then no Python code runs:
   wait_until      polls a condition from Python; on timeout it dumps the stacks and raises, so the
                   test fails normally and its captured stderr shows the stacks.
   hard_deadline   faulthandler's own C thread, which needs no GIL: if the block is still running

@@ -17,10 +17,10 @@ holds out its first 102,400 images for validation; the pipeline's split aliases 
   train_minus_holdout  = full[102400:]
 Features: 'image' (JPEG bytes, decoded by the pp op `decode`), 'label', 'file_name'.
 
-Every member is decoded once while building (data/image_check.py, in os.cpu_count() threads): an
-RGB or grayscale JPEG is stored unchanged; CMYK JPEGs and PNG or GIF data under a .JPEG name are
-re-encoded as RGB JPEGs; an empty, truncated or undecodable member is skipped. Each skip and
-re-encoding is logged, and the prepared set's metadata.json lists them (image_check.SKIPPED and
+Every member is decoded once while building (data/datasets/image_check.py, in os.cpu_count()
+threads): an RGB or grayscale JPEG is stored unchanged; CMYK JPEGs and PNG or GIF data under a .JPEG
+name are re-encoded as RGB JPEGs; an empty, truncated or undecodable member is skipped. Each skip
+and re-encoding is logged, and the prepared set's metadata.json lists them (image_check.SKIPPED and
 REENCODED), so a bad image is found here, not hours into a training run. Skipping removes
 examples without moving the others: the stored order is by key, so the holdout is still the first
 102,400 images of it.

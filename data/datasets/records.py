@@ -6,9 +6,9 @@ each, in TFRecord or ArrayRecord files, with the features
   labels  int64*  the image's class ids, each in [0, num_classes); any number, also none
   key     bytes   optional: the image's name, shown in error messages
 `write_multilabel` writes a file of them, decoding each image once as the ImageNet-21k builder does
-(data/image_check.py): CMYK, PNG or GIF images are stored re-encoded as RGB JPEGs, undecodable
-ones are left out, and PATH.metadata.json lists both. A user with JFT-like data converts it once
-into this form (one call per file; `serialize_example` is one record, unchecked) and sets
+(data/datasets/image_check.py): CMYK, PNG or GIF images are stored re-encoded as RGB JPEGs,
+undecodable ones are left out, and PATH.metadata.json lists both. A user with JFT-like data converts
+it once into this form (one call per file; `serialize_example` is one record, unchecked) and sets
   data.name='multilabel_records', data.files='/data/jft/{split}-*.tfrecord', data.file_format=
   'tfrecord' (or 'array_record'), data.pp_train='decode|...|multi_hot(NUM_CLASSES)|keep(...)'.
 

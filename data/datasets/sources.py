@@ -7,10 +7,10 @@
                       seconds. Where that directory does not exist (e.g. macOS) TFDS's own
                       `fashion_mnist` is downloaded instead, and a warning says so.
   digits              sklearn's load_digits: 'train' 1,000 / 'test' 797, 8x8x1, 10 classes
-                      (data/embedded.py), prepared on first use.
+                      (data/datasets/embedded.py), prepared on first use.
   imagenet21k[/fall11|/winter21]   ImageNet-21k (fall11 unless named) from its archive in
                       data.manual_dir, built once with `python -m data.prepare build`
-                      (data/imagenet21k.py); split 'full' and the V-MoE aliases 'holdout'
+                      (data/datasets/imagenet21k.py); split 'full' and the V-MoE aliases 'holdout'
                       (full[:102400]) and 'train_minus_holdout' (full[102400:]).
   imagenet2012        TFDS imagenet2012 ('train', 'validation'), built once with
                       `python -m data.prepare build` from ILSVRC2012_img_{train,val}.tar in
@@ -21,8 +21,8 @@
                       'real_label'), built from ILSVRC2012_img_val.tar in data.manual_dir (the
                       labels are downloaded).
   multilabel_records  multi-label TFRecord / ArrayRecord files (data.files, data.file_format;
-                      format in data/records.py). A '{split}' in data.files is replaced by the
-                      split name; without it the only split is 'all'.
+                      format in data/datasets/records.py). A '{split}' in data.files is replaced by
+                      the split name; without it the only split is 'all'.
 Splits take TFDS slicing ('train[:10%]', 'full[102400:]').
 
 TFDS data is read through `as_data_source` (random access), which needs the array_record file
@@ -401,7 +401,7 @@ class RecordFilesSource:
       files = records_lib.match_files(pattern)
     except FileNotFoundError as e:
       raise errors.MissingInput(
-          f'multilabel_records split {split!r}: {e}. Write the records (data/records.py: '
+          f'multilabel_records split {split!r}: {e}. Write the records (data/datasets/records.py: '
           'serialize_example) and set --config.data.files to their glob.') from None
     return records_lib.RecordFiles(files, data_config.file_format)
 
@@ -415,7 +415,8 @@ class RecordFilesSource:
     return None, sizes
 
   def skipped_images(self, data_config, release) -> int:
-    """0: records are checked when written (data/records.py write_multilabel), not counted."""
+    """0: records are checked when written (data/datasets/records.py write_multilabel), not
+    counted."""
     del data_config, release
     return 0
 

@@ -1,11 +1,11 @@
 """The pp's tail on the accelerator (data.augment_on = 'device'): flip_lr, randaug, value_range,
-onehot, multi_hot and keep, in jax.numpy, on the batches the host ships (data/device_split.py).
+onehot, multi_hot and keep, in jax.numpy, on the batches the host ships (data/pp/device_split.py).
 
-`run_tail(split, batch)` runs the tail's ops in order on a whole batch: data/op_specs.py's ops,
-with its arguments and defaults, as data/ops.py's are. The random op at place i of the pp string
+`run_tail(split, batch)` runs the tail's ops in order on a whole batch: data/pp/op_specs.py's ops,
+with its arguments and defaults, as data/pp/ops.py's are. The random op at place i of the pp string
 draws, per example, from fold_in(batch[AUGMENT_KEY], i):
   flip_lr       mirrors an image left-right when bernoulli(1/2) of its key is true;
-  randaug       data/randaug_device.py (the host's 16 ops, table and fill, batched);
+  randaug       data/pp/randaug_device.py (the host's 16 ops, table and fill, batched);
   value_range   vmin + (x - in_min) * ((vmax - vmin) / (in_max - in_min)) in float32, the host's
                 formula (XLA may fuse the multiply and add: within an ulp of the host's);
   onehot        the int32 id -> float32 (depth,) of `on` and `off`;
@@ -13,7 +13,7 @@ draws, per example, from fold_in(batch[AUGMENT_KEY], i):
                 depth) one-hot in between);
   keep          the named keys and the evaluation's 'mask'.
 Flip and RandAugment draw other numbers than the host's TensorFlow ops; given the same draws each
-RandAugment op agrees with the host's within data/randaug_device.py's stated bounds. Jittable,
+RandAugment op agrees with the host's within data/pp/randaug_device.py's stated bounds. Jittable,
 and sharded along the batch like any per-example computation: every example's output depends on
 its own pixels and key only.
 """
@@ -82,7 +82,7 @@ def _keep(*keys: str):
   return op
 
 
-# name -> factory: the accelerator's executor of each of data/op_specs.py's DEVICE_OPS.
+# name -> factory: the accelerator's executor of each of data/pp/op_specs.py's DEVICE_OPS.
 OPS = {'flip_lr': _flip_lr, 'randaug': _randaug, 'value_range': _value_range, 'onehot': _onehot,
        'multi_hot': _multi_hot, 'keep': _keep}
 

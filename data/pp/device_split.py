@@ -1,19 +1,20 @@
 """Which ops of a pp string the accelerator runs under data.augment_on = 'device', and what the
-host ships for them. No TensorFlow and no JAX: the host's pipeline (data/shipping.py), the training
-program and the evaluator read the same split, and the program is built where TensorFlow is absent.
+host ships for them. No TensorFlow and no JAX: the host's pipeline (data/stream/shipping.py), the
+training program and the evaluator read the same split, and the program is built where
+TensorFlow is absent.
 
 The tail is the longest run of ops at the end of the string that the accelerator has
-(data/op_specs.py's DEVICE_OPS, which data/device_augment.py runs: flip_lr, randaug, value_range,
-onehot, multi_hot and keep). The head, the ops before it, runs on the host as before: decoding,
-cropping and resizing need the encoded bytes or change the image's size. For each example the host
-ships:
+(data/pp/op_specs.py's DEVICE_OPS, which data/pp/device_augment.py runs: flip_lr, randaug,
+value_range, onehot, multi_hot and keep). The head, the ops before it, runs on the host as before:
+decoding, cropping and resizing need the encoded bytes or change the image's size. For each example
+the host ships:
   'image'        uint8 (H, W, C), the head's output;
   label ids      each tail label op's input (its `key`) as integers: onehot's id, int32 (); for
                  multi_hot, the ids padded with -1 to MAX_LABEL_IDS, int32 (MAX_LABEL_IDS,). A
                  record with more ids fails on the host, naming this limit;
   AUGMENT_KEY    uint32 (2,), when the tail has a random op: the example's seed, which
-                 data/batches.py folds from the run's seed, the process and the example's position
-                 in the data order, so a resumed run draws the same augmentation;
+                 data/stream/batches.py folds from the run's seed, the process and the example's
+                 position in the data order, so a resumed run draws the same augmentation;
   the tail's keep keys that no tail op makes (a few-shot set's int 'label').
 The accelerator then runs the tail's ops in their order. The random op at place i of the string
 draws from fold_in(AUGMENT_KEY, i), as the host's op at place i draws from fold_in(example seed, i).
@@ -89,7 +90,7 @@ class Split:
 
 
 def label_keys(op: pp_syntax.OpCall) -> tuple[str, str]:
-  """(key, key_result) of a label op, from its arguments or data/op_specs.py's defaults (a
+  """(key, key_result) of a label op, from its arguments or data/pp/op_specs.py's defaults (a
 missing depth is left to the op's own check)."""
   try:
     bound = op_specs.OPS[op.name].signature.bind_partial(*op.args, **op.kwargs)

@@ -1,10 +1,10 @@
 """What each pp op is, for both of its executors: its name, its arguments and their defaults,
 whether it draws random numbers and its role. No TensorFlow and no JAX.
 
-The host's TensorFlow ops (data/ops.py) and the accelerator's jax.numpy ops
-(data/device_augment.py) are factories declared with `@takes(name)`: a pp string's arguments are
+The host's TensorFlow ops (data/pp/ops.py) and the accelerator's jax.numpy ops
+(data/pp/device_augment.py) are factories declared with `@takes(name)`: a pp string's arguments are
 bound to the op's signature here, its defaults filled in, and the factory receives every argument,
-so neither side states a default of its own. data/device_split.py reads the roles (which ops
+so neither side states a default of its own. data/pp/device_split.py reads the roles (which ops
 the accelerator has) and the label ops' `key` and `key_result` from the same signatures.
 
 Roles: 'head' ops run only on the host (decoding, cropping and resizing need the encoded bytes or

@@ -1,4 +1,4 @@
-"""Each executor registers exactly data/op_specs.py's ops and reads their arguments from it."""
+"""Each executor registers exactly data/pp/op_specs.py's ops and reads their arguments from it."""
 import inspect
 
 import pytest

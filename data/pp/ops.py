@@ -5,7 +5,7 @@
 
 Each op is `name` or `name(args)` with Python literal arguments; `build(pp)` turns the string into
 steps and `apply(steps, example, seed)` runs them. Unknown ops fail listing the valid ones. Each
-op's arguments, defaults and randomness are data/op_specs.py's, which the accelerator's ops read
+op's arguments, defaults and randomness are data/pp/op_specs.py's, which the accelerator's ops read
 too.
 
 Images. Sources hand over encoded bytes under 'image'; `decode(channels)` turns them into uint8
@@ -308,9 +308,9 @@ def flip_lr():
 
 @op_specs.takes('randaug')
 def randaug(num_layers: int, magnitude: float, arithmetic: str):
-  """RandAugment(num_layers, magnitude) on uint8 images; see data/randaug.py. `arithmetic`
+  """RandAugment(num_layers, magnitude) on uint8 images; see data/pp/randaug.py. `arithmetic`
   'reference' computes what the reference's code does (its golden's outputs), the default
-  'project' keeps the meaning recorded pp strings had (data/randaug.py's table)."""
+  'project' keeps the meaning recorded pp strings had (data/pp/randaug.py's table)."""
   if not isinstance(num_layers, int) or num_layers < 0 or magnitude < 0:
     raise ValueError(f'randaug: need an int num_layers >= 0 and magnitude >= 0, got '
                      f'{num_layers}, {magnitude}')
@@ -399,8 +399,8 @@ def keep(*keys: str):
   return op
 
 
-# name -> factory: the host's executor of each of data/op_specs.py's ops, which says whether it is
-# random (random ops receive a stateless seed besides the example).
+# name -> factory: the host's executor of each of data/pp/op_specs.py's ops, which says whether it
+# is random (random ops receive a stateless seed besides the example).
 OPS = {'decode': decode, 'resize': resize, 'resize_small': resize_small,
        'central_crop': central_crop, 'inception_crop': inception_crop, 'flip_lr': flip_lr,
        'randaug': randaug, 'value_range': value_range, 'onehot': onehot, 'multi_hot': multi_hot,

@@ -272,7 +272,7 @@ def test_registry_and_argument_errors():
 
 
 def test_randaug_takes_its_arithmetic_and_refuses_an_unknown_one():
-  # The pp op runs data/randaug.py's distort with the arithmetic it names (the project's by
+  # The pp op runs data/pp/randaug.py's distort with the arithmetic it names (the project's by
   # default): the same seed gives the same image as distort given that arithmetic.
   image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
   op_seed = tf.random.experimental.stateless_fold_in(SEED, 0)   # Its place in the string.

@@ -34,7 +34,7 @@ with probability (2 + q) / 16, q the chance that all its channels span 0..255 (r
 it). Under 'reference', Solarize inverts every pixel at magnitude 20.
 
 The op list and its order, the level -> argument table (level = magnitude / 10), the grey fill
-128 and the pixel constants are data/randaug_spec.py's, which the accelerator's RandAugment reads
+128 and the pixel constants are data/pp/randaug_spec.py's, which the accelerator's RandAugment reads
 too. Geometric ops sample nearest pixels.
 """
 import math
@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from data.pp import randaug_spec
 
-# data/randaug_spec.py's, named here for this module's callers.
+# data/pp/randaug_spec.py's, named here for this module's callers.
 MAX_LEVEL = randaug_spec.MAX_LEVEL
 ARITHMETICS = randaug_spec.ARITHMETICS
 
@@ -289,7 +289,7 @@ def cutout(image, level, draws):
   return tf.where(inside, tf.constant(randaug_spec.FILL, tf.uint8), image)
 
 
-# Each op's TensorFlow executor, in data/randaug_spec.py's order (the index a layer draws).
+# Each op's TensorFlow executor, in data/pp/randaug_spec.py's order (the index a layer draws).
 OPS = randaug_spec.in_order({
     'AutoContrast': auto_contrast,
     'Equalize': equalize,

@@ -1,7 +1,7 @@
 """RandAugment in jax.numpy, batched, to run inside the jitted training program on the accelerator.
 
-The same augmentation as the host's TensorFlow RandAugment (data/randaug.py, whose docstring
-states the recipe): data/randaug_spec.py's 16 ops in its order (NAMES; an op index means the same
+The same augmentation as the host's TensorFlow RandAugment (data/pp/randaug.py, whose docstring
+states the recipe): data/pp/randaug_spec.py's 16 ops in its order (NAMES; an op index means the same
 op on both sides), level -> argument table, grey FILL = 128 for uncovered pixels, pixel constants
 scaled with the image size and LUMA weights, which both sides read; a uniform op choice per layer
 that is always applied, and nearest sampling for the geometric ops. Images are uint8
@@ -40,7 +40,7 @@ its stream: the two sides draw different numbers. Given the same op and draws (`
 reproduces the host's: `apply_op` applies one op to a batch, `apply_layer` a layer with an op per
 image.
 
-Agreement with the host, op by op (data/randaug_device_test.py checks it on 224 px images at
+Agreement with the host, op by op (data/pp/randaug_device_test.py checks it on 224 px images at
 magnitudes 3, 10 and 20): the lookup tables and Cutout are exact. The geometric ops compute the
 host's float32 source coordinates in its order and round them half away from zero, as its kernel's
 std::round does: exact under the tests' flags. XLA may fuse a multiply and an add into one rounding
@@ -53,7 +53,7 @@ them into the sum, in any program), Contrast's mean luma comes from exact intege
 (the host sums floats), and the blend's fused multiply-add can move a value within an ulp of an
 integer by one level (Sharpness at magnitude 20: 0.24% of a photo's pixels).
 
-Both of data/randaug_spec.py's ARITHMETICS (`arithmetic` of apply_op, apply_layer and
+Both of data/pp/randaug_spec.py's ARITHMETICS (`arithmetic` of apply_op, apply_layer and
 distort). Under 'reference' the wrapped Solarize threshold, the clamped Posterize shift,
 Contrast's flat uint8(pixel count / 256) and Color's uint8 grey (tf.image.rgb_to_grayscale's
 terms looked up and summed in its order) are exact; AutoContrast's x * scale + offset is within a
@@ -333,7 +333,7 @@ def _contrast_reference_degenerate(images):
 REFERENCE_DEGENERATES = {**DEGENERATES, 'Color': _color_reference_degenerate,
                          'Contrast': _contrast_reference_degenerate,
                          'Sharpness': lambda images: _sharpness_degenerate(images, truncate=True)}
-# The pp op's `arithmetic` (data/randaug_spec.py's ARITHMETICS) -> its lookup tables and blends.
+# The pp op's `arithmetic` (data/pp/randaug_spec.py's ARITHMETICS) -> its lookup tables and blends.
 ARITHMETICS = dict(zip(randaug_spec.ARITHMETICS, ((LUTS, DEGENERATES),
                                                   (REFERENCE_LUTS, REFERENCE_DEGENERATES))))
 

@@ -1,4 +1,4 @@
-"""Tests of the on-device RandAugment: each op against data/randaug.py's TensorFlow op on 224 px
+"""Tests of the on-device RandAugment: each op against data/pp/randaug.py's TensorFlow op on 224 px
 photo-like images at three levels, the batched layer and `distort` against the ops one by one, and
 the draws."""
 import functools
@@ -85,7 +85,7 @@ def images(channels: int) -> tuple:
 
 
 def tf_draws(seed: tf.Tensor, height: int, width: int):
-  """The sign and the Cutout centre that data/randaug.py's ops draw from `seed`."""
+  """The sign and the Cutout centre that data/pp/randaug.py's ops draw from `seed`."""
   draws = randaug.draw(seed, height, width)
   return float(draws.sign), [int(v) for v in draws.centre]
 

@@ -1,8 +1,8 @@
 """RandAugment's recipe, for both of its executors: the op list in the reference's order, the
 level -> argument table, the fill and pixel constants, and the two arithmetics' names. No
-TensorFlow and no JAX: data/randaug.py (TensorFlow, one image on the host) and
-data/randaug_device.py (jax.numpy, a batch on the accelerator) both read it, and data/randaug.py's
-docstring states the recipe.
+TensorFlow and no JAX: data/pp/randaug.py (TensorFlow, one image on the host) and
+data/pp/randaug_device.py (jax.numpy, a batch on the accelerator) both read it, and
+data/pp/randaug.py's docstring states the recipe.
 
 Level -> argument (the reference's formulas, level = magnitude / MAX_LEVEL):
   Rotate           rotate_degrees: 30 * level degrees, random sign

@@ -1,7 +1,7 @@
 """The syntax of a pp string, without TensorFlow: 'op|op(args)|...' -> the ops' names and literal
 arguments.
 
-data/ops.py builds the host's TensorFlow steps from it, and data/device_augment.py the
+data/pp/ops.py builds the host's TensorFlow steps from it, and data/pp/device_augment.py the
 accelerator's tail; both read a string the same way, and the training program parses its tail
 on machines that have JAX but no TensorFlow.
 """

@@ -1,8 +1,8 @@
 """Numpy batches of a reader's examples in an order's sequence, with a position that resumes.
 
-Batches composes a data/reader.py Reader (what the records hold) with a data/orders.py order
-(which record comes next, and its seed position): train and eval iterators are the same class over
-different orders. The pp ops of the example at seed position t get base_seed folded with t.
+Batches composes a data/stream/reader.py Reader (what the records hold) with a data/stream/orders.py
+order (which record comes next, and its seed position): train and eval iterators are the same class
+over different orders. The pp ops of the example at seed position t get base_seed folded with t.
 """
 from typing import Callable
 
@@ -34,8 +34,8 @@ class Batches:
   """Iterator of numpy batches of `batch_size` examples of `reader` in the sequence of `order`.
 
   order: an EpochOrder (endless) or a OnePass (which adds 'mask' when it has one).
-  select: fn(processed example, its seed) -> what to keep of it, e.g. data/shipping.py's (None:
-  all of it). identity: what the batches
+  select: fn(processed example, its seed) -> what to keep of it, e.g. data/stream/shipping.py's
+  (None: all of it). identity: what the batches
   depend on besides the position (seed, batch size, ...); get_state() records it and set_state()
   refuses a state with another.
   """

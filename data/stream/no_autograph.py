@@ -4,7 +4,7 @@ tf.data runs AutoGraph over every function given to Dataset.map or flat_map: it 
 `if`, `for` and `while` on tensors into graph control flow, and pays for that in Python (its
 converters load on first use) in every process that builds a pipeline. The pipelines here need no
 rewriting: their control flow is graph ops already (tf.where, tf.while_loop, tf.switch_case in
-data/randaug.py), and their Python `if`s test static facts (dtypes, shapes, pp arguments). So
+data/pp/randaug.py), and their Python `if`s test static facts (dtypes, shapes, pp arguments). So
 they are traced without it. A function that branched in Python on a tensor's value would fail to
 trace here, with TensorFlow's error, rather than be rewritten.
 """

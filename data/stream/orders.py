@@ -1,14 +1,14 @@
 """Orders: which record the k-th example of a stream reads, and the seed position its pp ops get.
 
 An order is a pure function of its arguments, so a stream can start at any position without
-replaying the ones before it (data/pipeline.py states the contract this implements):
+replaying the ones before it (data/stream/pipeline.py states the contract this implements):
   EpochOrder  endless epochs over a host's shard, each in an order drawn from (seed, host, epoch);
               seed position = stream position.
   OnePass     a fixed list of records read once (eval and few-shot pad it with masked repeats:
               `padded`); seed position = record index.
 Both give `slots(start)`, the (seed position, record index) elements from stream position `start`
-on, for data/reader.py, and `slot(k)` for the k-th alone; `masks(start)` the float32 'mask' of
-each element, or None when every element is real.
+on, for data/stream/reader.py, and `slot(k)` for the k-th alone; `masks(start)` the float32 'mask'
+of each element, or None when every element is real.
 """
 import dataclasses
 
@@ -29,8 +29,8 @@ def host_range(num_examples: int, process_index: int, process_count: int) -> tup
 class EpochOrder:
   """Stream position t (0, 1, ...) -> record index, over endless epochs of a shard [start, stop).
 
-  The train order of data/pipeline.py's contract: epoch e, drawn from (seed, process_index, e), is
-  a uniform permutation, or with a shuffle_buffer smaller than the shard the imitation of a
+  The train order of data/stream/pipeline.py's contract: epoch e, drawn from (seed, process_index,
+  e), is a uniform permutation, or with a shuffle_buffer smaller than the shard the imitation of a
   tf.data shuffle buffer's locality (docs/fidelity.md D11).
   """
 

@@ -27,10 +27,10 @@ the failing batch's examples are then re-run one by one. A bad record is never s
 ignore_errors would): every later example would shift, and a resumed run would not see the batches
 the interrupted one would have.
 
-The pieces, each composable on its own: data/reader.py reads examples by index, data/orders.py
-says which index comes next (the epoch orders above), data/batches.py batches a reader in an
-order's sequence and keeps the position, data/split_cache.py keeps labels and decoded splits.
-This module assembles them from a data section.
+The pieces, each composable on its own: data/stream/reader.py reads examples by index,
+data/stream/orders.py says which index comes next (the epoch orders above), data/stream/batches.py
+batches a reader in an order's sequence and keeps the position, data/stream/split_cache.py keeps
+labels and decoded splits. This module assembles them from a data section.
 """
 import math
 from typing import Callable
@@ -64,7 +64,7 @@ def make_train_iterator(data_config: data_config_lib.DataConfig, *, batch_size: 
   data_config.pp_train makes them (the trainer expects 'image' float32 (B, H, W, C) and 'labels'
   float32 (B, num_classes)); with `cut`, pp_train's Split (vmoe/train/experiment.py
   Experiment.pp_splits), as the host ships them for the accelerator to run cut's tail
-  (data/device_split.py). get_state() / set_state() save and restore the position.
+  (data/pp/device_split.py). get_state() / set_state() save and restore the position.
   """
   local = _local_batch_size(batch_size, process_count)
   if not isinstance(seed, int) or seed < 0:
@@ -88,7 +88,7 @@ def make_eval_iterator(data_config: data_config_lib.DataSource, split: str, *, b
   """One pass over this host's shard of `split`, batches of batch_size // process_count with a
   float32 'mask' (1 real, 0 padding). data_config: a data section, or a few-shot set's source;
   pp: a pp string (None: the data section's pp_eval); cut: the pp's Split, to ship what its tail
-  needs (data/device_split.py) rather than run it; None runs the whole pp."""
+  needs (data/pp/device_split.py) rather than run it; None runs the whole pp."""
   local = _local_batch_size(batch_size, process_count)
   reader, select = _open_reader(data_config, split, data_config.pp_eval if pp is None else pp,
                                 cut)
@@ -129,7 +129,7 @@ def _open_reader(data_config: data_config_lib.DataSource, split: str, pp: str,
                  cut: device_split.Split | None) -> tuple[reader_lib.Reader, Callable | None]:
   """A reader of `split` before pp's steps (with data.cache, of its cached arrays after `decode`),
   and the batches' `select`: with `cut` (pp's Split), the reader runs its head only and `select`
-  is the host's shipping of what the tail needs (data/shipping.py); else None."""
+  is the host's shipping of what the tail needs (data/stream/shipping.py); else None."""
   records = sources.open_split(data_config, split)
   steps, select = ops.build(pp), None
   if cut is not None:
@@ -151,8 +151,8 @@ def check_process_count(state: dict | None, process_count: int, where: str) -> N
   if saved != process_count:
     raise errors.UserError(
         f'{where} was written by {saved} processes and this run has {process_count}: each host '
-        'reads its own shard of the data in its own order (data/pipeline.py), so it resumes only '
-        f'on {saved} processes. Rerun it on {saved} processes, or use a new --workdir.')
+        'reads its own shard of the data in its own order (data/stream/pipeline.py), so it resumes '
+        f'only on {saved} processes. Rerun it on {saved} processes, or use a new --workdir.')
 
 
 def _local_batch_size(batch_size: int, process_count: int) -> int:

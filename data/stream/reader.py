@@ -1,8 +1,8 @@
 """A split's examples by record index: parsed records, or the arrays of a split cached decoded.
 
-The reader knows nothing of order, seeds or batching (data/orders.py, data/batches.py): it turns
-(seed position, record index) elements into (seed position, example) elements, and reads one
-example eagerly when a failing record has to be named.
+The reader knows nothing of order, seeds or batching (data/stream/orders.py,
+data/stream/batches.py): it turns (seed position, record index) elements into (seed position,
+example) elements, and reads one example eagerly when a failing record has to be named.
 """
 import dataclasses
 import os
@@ -18,10 +18,10 @@ from data.datasets import sources
 from data.stream import no_autograph
 
 CHUNK = 64          # Records fetched per Python call into the records' reader.
-# Parallel map calls, here and in data/batches.py. Not tf.data.AUTOTUNE: autotuning runs a model
-# thread that an iterator's destructor joins, and that thread can sit out its optimisation period
-# before it sees the cancellation, while the destructor holds the GIL; that stall freezes every
-# Python thread, asynchronous checkpoint saves included (vmoe/run/checkpointing_test.py's
+# Parallel map calls, here and in data/stream/batches.py. Not tf.data.AUTOTUNE: autotuning runs a
+# model thread that an iterator's destructor joins, and that thread can sit out its optimisation
+# period before it sees the cancellation, while the destructor holds the GIL; that stall freezes
+# every Python thread, asynchronous checkpoint saves included (vmoe/run/checkpointing_test.py's
 # fifty-saves test guards it). Eval iterators are dropped mid-run too. By default each process
 # takes its share of the cores it may use (default_parallel_calls); VMOE_DATA_PARALLEL_CALLS
 # overrides it (docs/accelerators.md).

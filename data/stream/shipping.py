@@ -1,10 +1,10 @@
 """What the host ships when the accelerator runs the pp's tail (data.augment_on = 'device'): the
-head's uint8 image, the tail's label ids and the example's key (data/device_split.py says which
+head's uint8 image, the tail's label ids and the example's key (data/pp/device_split.py says which
 keys, shapes and why).
 
 The host still checks what it ships: an image that is not uint8 after the head, a label id out of
 its op's range, or a multi-label record with more than MAX_LABEL_IDS ids fails here, on the
-record, as the host's ops would (data/batches.py then names the record).
+record, as the host's ops would (data/stream/batches.py then names the record).
 """
 from typing import Callable
 
@@ -30,12 +30,12 @@ def _ids(example: dict, call) -> tf.Tensor:
   limit = device_split.MAX_LABEL_IDS
   tf.debugging.assert_less_equal(
       tf.size(ids), limit, message=f'multi_hot: a record has more than {limit} label ids, the '
-      'most data.augment_on="device" ships (data/device_split.py MAX_LABEL_IDS); use "host"')
+      'most data.augment_on="device" ships (data/pp/device_split.py MAX_LABEL_IDS); use "host"')
   return tf.pad(tf.cast(ids, tf.int32), [[0, limit - tf.size(ids)]], constant_values=-1)
 
 
 def shipper(split: device_split.Split) -> Callable[[dict, tf.Tensor], dict]:
-  """fn(example after split's head, its seed) -> the keys the host ships (data/batches.py's
+  """fn(example after split's head, its seed) -> the keys the host ships (data/stream/batches.py's
   `select`)."""
   labels = [call for call in split.tail if call.name in device_split.LABEL_OPS]
   passed = split.passed_keys()

@@ -61,7 +61,8 @@ def make_manager(workdir: str,
 
   config.asynchronous: save in a background thread while training goes on (on in every config).
   That thread needs the GIL like any other, so anything holding it for long stalls the save too:
-  one reason the input pipeline keeps tf.data's autotuning off (data/reader.py parallel_calls).
+  one reason the input pipeline keeps tf.data's autotuning off (data/stream/reader.py
+  parallel_calls).
   """
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep, create=True,
                                          enable_async_checkpointing=config.asynchronous)

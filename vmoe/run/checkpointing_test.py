@@ -211,8 +211,8 @@ def test_no_readable_checkpoint_says_what_to_delete(tmp_path):
 
 def test_fifty_async_saves_finish_while_the_input_pipeline_runs(tmp_path, hard_deadline):
   # Issue 19: an asynchronous save was once seen never to finish while tf.data ran (its autotuner,
-  # now off: data/reader.py parallel_calls). Each save runs while training batches are read and
-  # an evaluation iterator is made and dropped, as between the trainer's checkpoints; each must
+  # now off: data/stream/reader.py parallel_calls). Each save runs while training batches are read
+  # and an evaluation iterator is made and dropped, as between the trainer's checkpoints; each must
   # finish within 20 s, or the stacks of all threads go to stderr and the test fails. (About 30 s
   # in all on an idle 2-core CPU; no bound on the total, which a loaded machine would break.)
   config = data_config(name='fashion_mnist', train_split='train[:4096]', eval_split='test[:64]',

@@ -109,7 +109,7 @@ class Experiment:
   def pp_splits(self) -> dict[str, device_split.Split | None]:
     """Each pp string of the run (data.pp_train, data.pp_eval, every eval.sets pp, fewshot.pp)
     -> the Split whose tail the accelerator runs, or None where the host runs the whole string
-    (data.augment_on = 'host', or a pp ending in the host's ops: data/device_split.py). The
+    (data.augment_on = 'host', or a pp ending in the host's ops: data/pp/device_split.py). The
     pipeline, the training program and the evaluations take their Split from here. Derived from
     the sections and not a field, so to_dict() and the run's record leave it out; `parse` builds
     it, so a pp whose tail the accelerator cannot run fails there, naming its key."""

@@ -31,7 +31,7 @@ from vmoe.train import train_step
 class RunRecord:
   """What a checkpoint holds beside the state, for a resumed run to go on exactly.
 
-  data: the training iterator's position (data/pipeline.py get_state; None before any save);
+  data: the training iterator's position (data/stream/pipeline.py get_state; None before any save);
   train_seconds: the time spent training so far (TrainClock); eval_history: every evaluation's
   results, [{'step': s, metric: value}] (summary.json's eval_history and results come from it);
   segments: where each process lifetime that trained steps ran them, [{'first_step',
@@ -162,7 +162,7 @@ class Actions:
   experiment: experiment_lib.Experiment
   workdir: str
   program: train_program.TrainProgram
-  train_iter: Any                   # data/pipeline.py's: next(), get_state(), set_state().
+  train_iter: Any                   # data/stream/pipeline.py's: next(), get_state(), set_state().
   manager: ocp.CheckpointManager
   writer: observability.ScalarWriter
   evaluator: train_evals.Evaluator

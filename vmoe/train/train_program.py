@@ -46,7 +46,7 @@ class TrainProgram:
 
   def abstract_batch(self) -> dict:
     """Shapes of one global training batch: 'image' (B, H, W, C) and one-hot 'labels' (B, K); under
-    data.augment_on = 'device', what the host ships (data/device_split.py)."""
+    data.augment_on = 'device', what the host ships (data/pp/device_split.py)."""
     e = self.experiment
     tail = e.pp_splits[e.data.pp_train]
     if tail is not None:

@@ -151,7 +151,7 @@ def mixup(batch: dict, rng: jax.Array, concentration: float, num_chunks: int) ->
 
 def with_device_tail(step: StepFn, tail: Callable[[dict], dict]) -> StepFn:
   """Wraps a step so that it trains on tail(batch): the pp's tail on the accelerator
-  (data.augment_on = 'device', data/device_augment.py run_tail), before mixup."""
+  (data.augment_on = 'device', data/pp/device_augment.py run_tail), before mixup."""
   def augmented_step(state, batch, rng):
     return step(state, tail(batch), rng)
   return augmented_step

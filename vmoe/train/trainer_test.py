@@ -270,7 +270,7 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before_to_the_same_end
 def test_a_checkpoint_of_another_process_count_is_refused_before_the_step_compiles(
     short_config, short_run, tmp_path, monkeypatch):
   # The short run's checkpoints, as if 2 processes had written them: the data order is per host
-  # (data/pipeline.py), so one process cannot go on with it.
+  # (data/stream/pipeline.py), so one process cannot go on with it.
   workdir = tmp_path / 'workdir'
   shutil.copytree(short_run('float32').workdir, workdir)
   for step in (30, 40):
