@@ -85,8 +85,8 @@ MUTATIONS = (
     Mutation('device multi-hot keeps the padding', 'data/pp/device_augment.py',
              'columns = jnp.where(ids < 0, depth, ids)', 'columns = jnp.where(ids < 0, 0, ids)',
              ('data/pp/device_augment_test.py::test_multi_hot_on_the_device_is_the_hosts',)),
-    Mutation('Solarize without the wrap', 'data/pp/randaug.py',
-             'return int(256 * level) % 256', 'return int(256 * level)',
+    Mutation('Solarize without the wrap', 'data/pp/randaug_spec.py',
+             'return solarize_threshold(level) % 256', 'return solarize_threshold(level)',
              ('data/pp/randaug_golden_test.py::'
               'test_every_op_equals_the_reference_exactly_under_its_arithmetic',)),
     Mutation('Contrast toward the true mean', 'data/pp/randaug.py',
@@ -130,9 +130,8 @@ MUTATIONS = (
              'path.rhs / (path.eigenvalues + 2 * l2)[:, None]',
              ('evaluation/fewshot_golden_test.py::'
               'test_ridge_accuracy_equals_big_visions_for_every_l2',)),
-    Mutation("the inception crop's area range", 'data/pp/ops.py',
-             'def inception_crop(size, area_min: float = 5,',
-             'def inception_crop(size, area_min: float = 8,',
+    Mutation("the inception crop's area range", 'data/pp/op_specs.py',
+             "('area_min', 5)", "('area_min', 8)",
              ('data/pp/ops_golden_test.py::'
               'test_window_area_and_aspect_are_distributed_as_v_moes',)),
 )
