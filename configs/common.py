@@ -23,7 +23,6 @@ from base import errors
 from base import published
 from configs import blocks
 from data import config as data_config
-from data.datasets import imagenet21k_splits
 from evaluation import eval_config
 from evaluation import fewshot
 from vmoe.model import mesh_config
@@ -37,11 +36,11 @@ from vmoe.run import wandb_config
 from vmoe.train import optim_config
 
 # ImageNet-21k (fall 2011 release): 21,843 classes; V-MoE holds out the first images of its
-# single 'full' split for validation and trains on the rest (data/datasets/imagenet21k_splits.py).
-# The data block records the training count as data.train_images, and sources.check_available
-# refuses a prepared split of another size (the winter21 release: 19,167 synsets, ~13.15M images),
-# since num_train_steps counts epochs of these images (data/datasets/imagenet21k.py says why it
-# refuses rather than recount).
+# single 'full' split for validation and trains on the rest (data/config.py). The data block
+# records the training count as data.train_images, and sources.check_available refuses a prepared
+# split of another size (the winter21 release: 19,167 synsets, ~13.15M images), since
+# num_train_steps counts epochs of these images (data/datasets/imagenet21k.py says why it refuses
+# rather than recount).
 IMAGENET21K_CLASSES = 21_843
 # V-MoE pretrain_imagenet21k.py: 'ViT-B/16, E=8, K=2, Every 2, 300 Epochs' with RandAugment
 # (2, 20) and mixup 0.5, its "strong" augmentation; 90 epochs (ViT's i21k schedule) would be
@@ -187,8 +186,8 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
   labels = labels_pp(IMAGENET21K_CLASSES)
   return data_block(
       name='imagenet21k',
-      train_split=imagenet21k_splits.SPLIT_ALIASES['train_minus_holdout'],
-      eval_split=imagenet21k_splits.SPLIT_ALIASES['holdout'],
+      train_split=data_config.IMAGENET21K_SPLITS['train_minus_holdout'],
+      eval_split=data_config.IMAGENET21K_SPLITS['holdout'],
       # RandAugment with the reference's arithmetic (data/pp/randaug.py; docs/fidelity.md D12).
       pp_train=(f'decode|inception_crop({image_size})|flip_lr|'
                 f"randaug(2, 20, arithmetic='reference')|value_range(-1, 1)|{labels}"),
@@ -200,7 +199,7 @@ def _imagenet21k_data(image_size: int) -> mlc.ConfigDict:
       num_classes=IMAGENET21K_CLASSES,
       shuffle_buffer=250_000,             # V-MoE dataset.train.shuffle_buffer.
       cache=False,                        # 14M JPEGs do not fit in memory.
-      train_images=imagenet21k_splits.TRAIN_IMAGES,   # What num_train_steps counts; checked.
+      train_images=data_config.IMAGENET21K_TRAIN_IMAGES,   # What num_train_steps counts; checked.
       # The flip, RandAugment, value range and one-hot run on the accelerator (docs/data.md).
       augment_on='device')
 
@@ -250,7 +249,7 @@ def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.C
   config.seed = 0
   config.batch_size = PAPER_BATCH_SIZE
   config.num_train_steps = math.ceil(
-      IMAGENET21K_EPOCHS * imagenet21k_splits.TRAIN_IMAGES / PAPER_BATCH_SIZE)   # 1,032,329 steps.
+      IMAGENET21K_EPOCHS * data_config.IMAGENET21K_TRAIN_IMAGES / PAPER_BATCH_SIZE)   # 1,032,329.
   config.loss = 'sigmoid_xent'          # V-MoE: loss.name = 'sigmoid_xent'.
   config.mixup_alpha = 0.5              # V-MoE: mixup.concentration = 0.5.
   config.log_every_steps = 100          # V-MoE: report_progress.every_steps.

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 import pytest
 
 from configs import common
-from data.datasets import imagenet21k_splits
+from data import config as data_config
 from results import paper
 from testing import runs
 from vmoe.model import vit
@@ -276,8 +276,8 @@ def test_paper_configs_count_fall11_images():
   # num_train_steps is 300 epochs of fall11's 14,197,122 images less V-MoE's 102,400 held out =
   # 14,094,722 (data.train_images, which check_available compares with the prepared split).
   config = load('b32_sinkhorn_ec')
-  assert (config.data.train_images == imagenet21k_splits.TRAIN_IMAGES == 14_094_722
-          == imagenet21k_splits.FALL11_IMAGES - imagenet21k_splits.HOLDOUT_SIZE)
+  assert (config.data.train_images == data_config.IMAGENET21K_TRAIN_IMAGES == 14_094_722
+          == data_config.FALL11_IMAGES - data_config.IMAGENET21K_HOLDOUT)
   assert config.num_train_steps == math.ceil(300 * config.data.train_images / 4096)
   # The CPU mode and tiny count no epochs: no size is required.
   assert load('b32_sinkhorn_ec', 'runlocal=True').data.train_images is None

@@ -7,6 +7,12 @@ adds what the trainer reads of them: the splits, the pp strings, the class count
 where the pp's tail runs. Few-shot sets are DataSources (vmoe/train/train_evals.py). configs/ build
 `config.data` from `DataConfig`, so its defaults are the configs'.
 
+ImageNet-21k's size and V-MoE's hold-out live here too, for the same reason: V-MoE (as ViT) holds
+out the first 102,400 images of ImageNet-21k's one split, 'full', for validation and trains on the
+rest. The paper configs (configs/common.py) take their splits and count their epochs from these
+constants before anything heavy loads; the builder and the sources (data/datasets/imagenet21k.py,
+data/datasets/sources.py) name the same splits by IMAGENET21K_SPLITS' aliases.
+
 Light on purpose (no TensorFlow): the configs' parse imports it before anything heavy loads; the
 checks that need the data itself are sources.check_available's.
 """
@@ -14,6 +20,14 @@ import dataclasses
 
 from data.pp import device_split
 
+FALL11_IMAGES = 14_197_122   # image-net.org's count for fall11; the paper configs' epochs use it.
+IMAGENET21K_HOLDOUT = 102_400   # V-MoE/ViT: the first 102,400 training images validate.
+IMAGENET21K_SPLITS = {       # Split aliases of the ImageNet-21k source.
+    'holdout': f'full[:{IMAGENET21K_HOLDOUT}]',
+    'train_minus_holdout': f'full[{IMAGENET21K_HOLDOUT}:]',
+}
+# 14,094,722: the images the paper configs count.
+IMAGENET21K_TRAIN_IMAGES = FALL11_IMAGES - IMAGENET21K_HOLDOUT
 
 @dataclasses.dataclass(frozen=True)
 class DataSource:

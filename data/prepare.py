@@ -34,7 +34,6 @@ from data import config as data_config
 from data.datasets import records
 from data.datasets import sources
 from data.pp import ops
-from data.stream import no_autograph
 from data.stream import orders
 from data.stream import reader as reader_lib
 
@@ -53,7 +52,7 @@ def build(name: str, manual_dir: str | None, data_dir: str | None) -> str:
     if e.name != 'importlib_resources':
       raise
     # TFDS 4.9.10 imports it for builders inside its package (imagenet2012) but only declares it
-    # for Python < 3.9; see data/datasets/builder_base.py.
+    # for Python < 3.9; see data/datasets/embedded.py LocalBuilder.
     raise ModuleNotFoundError(
         f'Building {name} with TFDS needs the package importlib_resources: '
         '.venv/bin/pip install importlib_resources (requirements.txt should pin it).') from e
@@ -112,7 +111,7 @@ def check(source: data_config.DataSource, split: str) -> tuple[int, list[str]]:
   seed = tf.zeros([2], tf.int64)   # `decode` draws no randomness.
   decode = lambda example: ops.apply(reader.steps, example, seed)
   # The image's shape is the output: a decode whose result went unused could be pruned away.
-  decoded = no_autograph.without_autograph(
+  decoded = orders.without_autograph(
       lambda t, example: (t, tf.shape(decode(example)['image'])))
   slots = orders.OnePass(np.arange(split_records.num_examples)).slots(0)
   passed = reader.examples(slots).map(decoded, num_parallel_calls=reader_lib.parallel_calls())

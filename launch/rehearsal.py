@@ -8,7 +8,7 @@ every other block, a head of 21,843 classes) on NUM_DEVICES simulated CPU device
 own mesh (mesh.expert = gcd(8, E) = 8: data 1 x expert 8), in stages, each its own process:
   estimate  the memory of E experts (below); E is refused if it exceeds this machine's memory.
   generate  an ImageNet-21k fall11 archive and the two ImageNet-1k archives, in the releases'
-            layouts, of photograph-sized JPEGs (data/datasets/synthetic.py photo; `Scale`).
+            layouts, of photograph-sized JPEGs (data/datasets/imagenet21k.py photo; `Scale`).
   build     both with `python -m data.prepare build`, the builders a user runs on the real ones.
   train     main.py: RandAugment and mixup (the config's), 64 images a step. A SIGTERM after
             step STOP_AFTER, as a preemption sends, makes it save a checkpoint of the whole state
@@ -215,10 +215,9 @@ def generate(directory: str, scale: Scale) -> None:
   import tensorflow_datasets as tfds
   from data.datasets import imagenet21k
   from data.datasets import sources
-  from data.datasets import synthetic
   paths = _paths(directory)
   os.makedirs(paths['archives'], exist_ok=True)
-  photo = lambda seed: synthetic.photo(seed, scale.image_size)
+  photo = lambda seed: imagenet21k.photo(seed, scale.image_size)
 
   def synset_images(synset: str, count: int, first_seed: int):
     return ((f'{synset}_{j}.JPEG', photo(first_seed + j)) for j in range(count))   # Lazy.

@@ -8,7 +8,8 @@ from PIL import Image
 
 from data import config as data_config_lib
 from data.datasets import records
-from data.datasets.synthetic import photo  # pylint: disable=unused-import  (the tests' name for it)
+# pylint: disable-next=unused-import  (the tests' name for it)
+from data.datasets.imagenet21k import photo
 
 
 # The multi-label records' pp (data/conftest.py's `multilabel` set): 4 px, 8 classes, and the key.

@@ -35,7 +35,7 @@ JAX_LIBRARIES = ('jax', 'flax', 'optax', 'orbax', 'tensorflow', 'tensorflow_data
 # The modules that load no JAX-era library, by unit: the routers' declarations and configs, and
 # every config section's dataclass (vmoe/train/experiment.py parses them).
 PLAIN = (
-    'data.config', 'data.datasets.imagenet21k_splits',                    # data
+    'data.config',                                                        # data
     'evaluation.eval_config', 'evaluation.fewshot',                       # evaluation
     'vmoe.routing.capacity', 'vmoe.routing.declarations', 'vmoe.routing.router_config',
     'vmoe.routing.user_module',                                           # vmoe.routing

@@ -108,7 +108,7 @@ MUTATIONS = (
              'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps)',
              'warmup = optax.linear_schedule(0.0, schedule.peak_lr, schedule.warmup_steps + 1)',
              ('vmoe/train/optim_golden_test.py::test_schedule_equals_v_moes_warmup_linear_decay',)),
-    Mutation("Adam's b2", 'vmoe/train/optim.py', 'b2: float = 0.999', 'b2: float = 0.99',
+    Mutation("Adam's b2", 'vmoe/train/optim_config.py', 'b2: float = 0.999', 'b2: float = 0.99',
              ('vmoe/train/optim_golden_test.py::test_ten_adam_steps_equal_v_moes_optimizer',)),
     Mutation("Adam's epsilon", 'vmoe/train/optim.py',
              'optax.adamw(schedule, b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay,',

@@ -11,16 +11,23 @@ sklearn_digits: scikit-learn's bundled `load_digits` (UCI optical digits: 1,797 
   split is ours: a permutation with numpy seed 0; its first 1,000 images are 'train', the other
   797 'test'.
 Preparing either takes seconds and is cached in data_dir (array_record files, random access).
+
+`LocalBuilder` is the base of this package's TFDS builders, these two and ImageNet-21k's
+(data/datasets/imagenet21k.py). TFDS 4.9.10 finds a builder's checksums file through `code_path`,
+which, for a builder defined in a package on Python >= 3.9, imports `importlib_resources` (a
+package TFDS only declares for Python < 3.9): download_and_prepare then fails with
+ModuleNotFoundError. These builders download nothing and live in plain files, so their code path
+is simply their module's file.
 """
 import gzip
 import io
 import os
+import sys
 
+from etils import epath
 import numpy as np
 from PIL import Image
 import tensorflow_datasets as tfds
-
-from data.datasets import builder_base
 
 FASHION_MNIST_CLASSES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt',
                          'Sneaker', 'Bag', 'Ankle boot')
@@ -31,6 +38,14 @@ FASHION_MNIST_FILES = {  # split -> (images, labels) in the IDX directory.
 DIGITS_TRAIN_SIZE = 1000
 DIGITS_SPLIT_SEED = 0
 
+
+class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """GeneratorBasedBuilder whose code_path is the file that defines the subclass."""
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> epath.Path:
+    return epath.Path(sys.modules[cls.__module__].__file__)
 
 def png(image: np.ndarray) -> bytes:
   """A uint8 (H, W) or (H, W, 1) array as PNG bytes, uncompressed (zlib level 0): these images
@@ -62,7 +77,7 @@ def read_idx(path: str) -> np.ndarray:
   return array.reshape(shape)
 
 
-class FashionMnistIdx(builder_base.LocalBuilder):
+class FashionMnistIdx(LocalBuilder):
   """Fashion-MNIST (Xiao et al. 2017) from the IDX files in the manual_dir."""
 
   VERSION = tfds.core.Version('1.0.0')
@@ -106,7 +121,7 @@ def digits_split() -> dict[str, np.ndarray]:
   return {'train': order[:DIGITS_TRAIN_SIZE], 'test': order[DIGITS_TRAIN_SIZE:]}
 
 
-class SklearnDigits(builder_base.LocalBuilder):
+class SklearnDigits(LocalBuilder):
   """scikit-learn's 8x8 digits as uint8 images, with a seeded 1,000 / 797 train/test split."""
 
   VERSION = tfds.core.Version('1.0.0')

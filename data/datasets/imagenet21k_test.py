@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from data import config as data_config_lib
 from data.datasets import image_check
 from data.datasets import imagenet21k
-from data.datasets import imagenet21k_splits
 from data.datasets import sources
 from data import prepare
 from data.stream import pipeline
@@ -171,7 +171,7 @@ def test_archive_without_synsets_fails(tmp_path):
 
 
 def test_holdout_aliases_are_vmoe_s():
-  assert imagenet21k_splits.SPLIT_ALIASES == {'holdout': 'full[:102400]',
+  assert data_config_lib.IMAGENET21K_SPLITS == {'holdout': 'full[:102400]',
                                               'train_minus_holdout': 'full[102400:]'}
   assert [r.num_synsets for r in imagenet21k.RELEASES] == [21_841, 19_167]
   assert not os.path.basename(imagenet21k.RELEASES[1].archive).endswith('.tar')  # tar.gz

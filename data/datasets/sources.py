@@ -41,10 +41,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from base import errors
+from data import config as data_config_lib
 from data.datasets import embedded
 from data.datasets import image_check
 from data.datasets import imagenet21k
-from data.datasets import imagenet21k_splits
 from data.datasets import records as records_lib
 from data.pp import ops
 
@@ -437,10 +437,11 @@ class RecordFilesSource:
 # ---------------------------------------------------------------------------------------------
 # Registry and entry points.
 
-# The release behind imagenet21k_splits.TRAIN_IMAGES, the paper configs' count (V-MoE's data).
+# The release behind data/config.py's IMAGENET21K_TRAIN_IMAGES, the paper configs' count (V-MoE's
+# data).
 _IMAGENET21K_SIZE_NOTE = (
-    f'; the paper configs count ImageNet-21k fall11 ({imagenet21k_splits.FALL11_IMAGES:,} images '
-    f'less the {imagenet21k_splits.HOLDOUT_SIZE:,} held out): download fall11_whole.tar from '
+    f'; the paper configs count ImageNet-21k fall11 ({data_config_lib.FALL11_IMAGES:,} images '
+    f'less the {data_config_lib.IMAGENET21K_HOLDOUT:,} held out): download fall11_whole.tar from '
     f'{imagenet21k.DOWNLOAD_PAGE} and build it with '
     '`python -m data.prepare build imagenet21k/fall11`')
 
@@ -448,7 +449,7 @@ SOURCES = {
     'fashion_mnist': TfdsSource(_fashion_mnist_builder, _prepare_embedded, None),
     'digits': TfdsSource(_digits_builder, _prepare_embedded, None),
     'imagenet21k': TfdsSource(_imagenet21k_builder, None, _imagenet21k_missing,
-                              aliases=imagenet21k_splits.SPLIT_ALIASES,
+                              aliases=data_config_lib.IMAGENET21K_SPLITS,
                               size_note=_IMAGENET21K_SIZE_NOTE),
     'imagenet2012': TfdsSource(_imagenet2012_builder, None, _imagenet2012_missing),
     'imagenet_v2': TfdsSource(_imagenet_v2_builder, None, _imagenet_v2_missing),

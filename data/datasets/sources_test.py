@@ -99,8 +99,9 @@ def test_tfrecord_prepared_data_asks_for_conversion(tmp_path):
 
 def test_fashion_mnist_fallback_failure_says_how_to_install(tmp_path, monkeypatch):
   # No IDX directory -> TFDS's fashion_mnist download, impossible offline (or without
-  # importlib_resources, see data/datasets/builder_base.py): the error lists the ways to get the
-  # data. The download fails at once here, as offline; TFDS's own retries would take minutes.
+  # importlib_resources, see data/datasets/embedded.py LocalBuilder): the error lists the ways to
+  # get the data. The download fails at once here, as offline; TFDS's own retries would take
+  # minutes.
   def offline(*args, **kwargs):
     raise ConnectionError('no network (test)')
   for method in ('download', 'download_and_extract'):

@@ -11,10 +11,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from data.datasets import imagenet21k
 from data.pp import randaug
 from data.pp import randaug_device as rd
 from data.pp import randaug_spec
-from data.datasets import synthetic
 
 SIZE = (224, 224)
 # Level 0.3, 1 and 2. Not magnitude 5: its enhancement factor 1.8 * 0.5 + 0.1 = 1 makes the four
@@ -79,9 +79,9 @@ def images(channels: int) -> tuple:
   """224 px photo-like images: for RGB a photo (its channels span 0..255, so AutoContrast keeps
   it) and a low-contrast one (40..193, which AutoContrast stretches); for grayscale one photo."""
   if channels == 1:
-    return (decode(synthetic.photo(2, SIZE), 'L'),)
-  low_contrast = (decode(synthetic.photo(1, SIZE), 'RGB') * 0.6 + 40).astype(np.uint8)
-  return decode(synthetic.photo(0, SIZE), 'RGB'), low_contrast
+    return (decode(imagenet21k.photo(2, SIZE), 'L'),)
+  low_contrast = (decode(imagenet21k.photo(1, SIZE), 'RGB') * 0.6 + 40).astype(np.uint8)
+  return decode(imagenet21k.photo(0, SIZE), 'RGB'), low_contrast
 
 
 def tf_draws(seed: tf.Tensor, height: int, width: int):
@@ -194,7 +194,7 @@ def test_distort_equals_the_chosen_ops_one_by_one():
   # for the other images) against each image's ops applied alone, with the same draws.
   magnitude, num_layers = 9, 4    # Level 0.9: no op is a no-op (Posterize keeps 3 bits).
   level = magnitude / randaug.MAX_LEVEL
-  batch = np.stack([decode(synthetic.photo(seed, (32, 32)), 'RGB') for seed in range(24)])
+  batch = np.stack([decode(imagenet21k.photo(seed, (32, 32)), 'RGB') for seed in range(24)])
   batch_keys = keys(len(batch), seed=1)
   draws = jax.tree.map(np.asarray, rd.draw(batch_keys, num_layers, 32, 32))
   assert set(draws.op.ravel()) == set(range(len(rd.NAMES)))    # These keys draw every op.

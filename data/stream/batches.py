@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from base import errors
 from data.pp import ops
-from data.stream import no_autograph
 from data.stream import orders as orders_lib
 from data.stream import reader as reader_lib
 
@@ -69,12 +68,12 @@ class Batches:
   def dataset(self, start_batch: int) -> tf.data.Dataset:
     """The tf.data pipeline of the batches from batch `start_batch` on."""
     begin = start_batch * self.batch_size
-    process = no_autograph.without_autograph(self._process())
+    process = orders_lib.without_autograph(self._process())
     ds = self.reader.examples(self.order.slots(begin)).map(
         process, num_parallel_calls=reader_lib.parallel_calls())
     masks = self.order.masks(begin)
     if masks is not None:
-      with_mask = no_autograph.without_autograph(lambda ex, m: {**ex, 'mask': m})
+      with_mask = orders_lib.without_autograph(lambda ex, m: {**ex, 'mask': m})
       ds = tf.data.Dataset.zip(ds, masks).map(with_mask)
     # An endless order's batches are all full; a pass padded by orders.padded too. Only an
     # unpadded pass (split_cache's collection of a whole split) ends with a shorter one.

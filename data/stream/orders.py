@@ -9,13 +9,25 @@ replaying the ones before it (data/stream/pipeline.py states the contract this i
 Both give `slots(start)`, the (seed position, record index) elements from stream position `start`
 on, for data/stream/reader.py, and `slot(k)` for the k-th alone; `masks(start)` the float32 'mask'
 of each element, or None when every element is real.
+
+`without_autograph` marks the functions the stream's modules hand to tf.data (orders, reader,
+batches, data/prepare.py): tf.data runs AutoGraph over every function given to Dataset.map or
+flat_map, rewriting Python `if`, `for` and `while` on tensors into graph control flow, and pays for
+it in Python (its converters load on first use) in every process that builds a pipeline. These
+functions need no rewriting: their control flow is graph ops already (tf.where, tf.while_loop,
+tf.switch_case in data/pp/randaug.py), and their Python `if`s test static facts (dtypes, shapes, pp
+arguments). A function that branched in Python on a tensor's value would fail to trace, with
+TensorFlow's error, rather than be rewritten.
 """
 import dataclasses
 
 import numpy as np
 import tensorflow as tf
 
-from data.stream import no_autograph
+
+def without_autograph(fn):
+  """`fn`, for tf.data to trace without AutoGraph's conversion (of it or what it calls)."""
+  return tf.autograph.experimental.do_not_convert(fn)
 
 
 def host_range(num_examples: int, process_index: int, process_count: int) -> tuple[int, int]:
@@ -67,7 +79,7 @@ class EpochOrder:
       skip = tf.where(epoch == first_epoch, tf.constant(offset, tf.int64), 0)
       positions = epoch * self.size + tf.range(skip, self.size)
       return tf.data.Dataset.from_tensor_slices((positions, order[skip:]))
-    epoch_slots = no_autograph.without_autograph(epoch_slots)
+    epoch_slots = without_autograph(epoch_slots)
     return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch_slots)
 
   def masks(self, start: int) -> None:

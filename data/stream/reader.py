@@ -1,8 +1,9 @@
 """A split's examples by record index: parsed records, or the arrays of a split cached decoded.
 
-The reader knows nothing of order, seeds or batching (data/stream/orders.py,
-data/stream/batches.py): it turns (seed position, record index) elements into (seed position,
-example) elements, and reads one example eagerly when a failing record has to be named.
+The reader knows nothing of order, seeds or batching (data/stream/orders.py, of which it uses only
+`without_autograph`, and data/stream/batches.py): it turns (seed position, record index) elements
+into (seed position, example) elements, and reads one example eagerly when a failing record has to
+be named.
 """
 import dataclasses
 import os
@@ -15,7 +16,7 @@ import tensorflow as tf
 from base import errors
 from base import host
 from data.datasets import sources
-from data.stream import no_autograph
+from data.stream import orders
 
 CHUNK = 64          # Records fetched per Python call into the records' reader.
 # Parallel map calls, here and in data/stream/batches.py. Not tf.data.AUTOTUNE: autotuning runs a
@@ -65,7 +66,7 @@ class Reader:
     """(position, index) int64 elements -> (position, example before `steps`) elements."""
     if self.cached is not None:
       arrays = {k: tf.constant(v) for k, v in self.cached.items()}
-      return slots.map(no_autograph.without_autograph(
+      return slots.map(orders.without_autograph(
           lambda t, i: (t, {k: tf.gather(a, i) for k, a in arrays.items()})))
 
     def fetch(indices):
@@ -74,8 +75,8 @@ class Reader:
     def read(t, i):
       serialized = tf.numpy_function(fetch, [i], tf.string, stateful=False)
       return t, tf.ensure_shape(serialized, [None])
-    parse = no_autograph.without_autograph(lambda t, s: (t, self.records.parse(s)))
-    return slots.batch(CHUNK).map(no_autograph.without_autograph(read)).unbatch().map(
+    parse = orders.without_autograph(lambda t, s: (t, self.records.parse(s)))
+    return slots.batch(CHUNK).map(orders.without_autograph(read)).unbatch().map(
         parse, num_parallel_calls=parallel_calls())
 
   def example(self, index: int) -> dict:
