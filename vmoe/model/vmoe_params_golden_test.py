@@ -26,11 +26,12 @@ import pytest
 
 from testing import goldens
 from testing.goldens import decided
-from vmoe.model import moe
+from vmoe.model import moe_config
 from vmoe.model import vit
+from vmoe.model import vit_config
 from vmoe.model import vmoe_params
 from vmoe.routing import allocation
-from vmoe.routing import router
+from vmoe.routing import router_config
 
 U = 2.0**-24
 LAMBDA = 6.0
@@ -55,13 +56,14 @@ def project_model(golden, dispatch='indices') -> vit.VisionTransformer:
   4 (compute_capacity's defaults), routing groups of 34 tokens = 2 images of 17."""
   _, image_size, _, _ = golden['images'].shape
   tokens_per_image = (image_size // 8) ** 2 + 1
-  config = router.RouterConfig(name='softmax_tc', capacity_factor=1.05, num_selected_experts=2,
-                               capacity_rounding='ceil_multiple_of_4')
-  moe_config = moe.MoeConfig(
+  config = router_config.RouterConfig(name='softmax_tc', capacity_factor=1.05,
+                                      num_selected_experts=2,
+                                      capacity_rounding='ceil_multiple_of_4')
+  layers = moe_config.MoeConfig(
       num_experts=4, group_size=vmoe_params.group_size_in_images(34, tokens_per_image),
       router=config, every=2, dispatch=dispatch)
   return vit.VisionTransformer(num_classes=golden['logits'].shape[1], patch_size=8, width=32,
-                               depth=4, mlp_dim=64, num_heads=2, moe=moe_config)
+                               depth=4, mlp_dim=64, num_heads=2, moe=layers)
 
 
 @pytest.fixture(scope='module')
@@ -96,11 +98,11 @@ def test_converted_model_routes_and_classifies_as_v_moe(golden, tolerance, dispa
                                            capture_intermediates=True, mutable=['intermediates']))
   (logits, aux), state = apply(converted(golden), golden['images'])
   moe_blocks = sorted(int(k.split('/')[1]) for k in golden.arrays if k.startswith('dispatch/'))
-  assert sorted(aux['router']) == [vit.block_name(b) for b in moe_blocks]
+  assert sorted(aux['router']) == [vit_config.block_name(b) for b in moe_blocks]
   for block in moe_blocks:
     gates = jax.nn.softmax(golden[f'router_logits/{block}'])
     assert decided.deciding_gaps(np.asarray(gates), 2).min() > tolerance.max()
-    route, _ = state['intermediates'][vit.block_name(block)]['moe']['router']['__call__'][0]
+    route, _ = state['intermediates'][vit_config.block_name(block)]['moe']['router']['__call__'][0]
     num_tokens = gates.shape[1]
     dispatched, _ = jax.vmap(allocation.to_dense, in_axes=(0, 0, None))(
         route.slot_token, route.slot_weight, num_tokens)

@@ -19,6 +19,7 @@ from testing import goldens
 from testing.goldens import decided
 from vmoe.routing import allocation
 from vmoe.routing import router
+from vmoe.routing import router_config
 
 GAP = 1e-5
 
@@ -30,7 +31,7 @@ def golden():
 
 def project_routing(logits, name, k, capacity):
   """route_group on each group (no noise: train=False) -> dense (G, S, E, C) dispatch, combine."""
-  config = router.RouterConfig(name=name, capacity_factor=k)
+  config = router_config.RouterConfig(name=name, capacity_factor=k)
 
   def one(group):
     slot_token, slot_weight, _ = router.route_group(group, config, capacity, train=False)

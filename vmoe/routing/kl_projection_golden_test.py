@@ -27,6 +27,7 @@ from testing.goldens import decided
 from vmoe.routing import affinity
 from vmoe.routing import allocation
 from vmoe.routing import router
+from vmoe.routing import router_config
 
 U = 2.0**-24
 
@@ -59,7 +60,7 @@ def test_router_dispatch_and_combine_equal_the_references(golden, case):
   gaps = (decided.deciding_gaps(plan, k) if k
           else decided.deciding_gaps(np.swapaxes(plan, 1, 2), capacity))
   assert gaps.min() > 2 * plan_rtol(golden)     # Plan entries are at most 1.
-  config = router.RouterConfig(name='sinkhorn_tc' if k else 'sinkhorn_ec', capacity_factor=k or 1)
+  config = router_config.RouterConfig(name='sinkhorn_tc' if k else 'sinkhorn_ec', capacity_factor=k or 1)
   assert config.capacity(num_tokens, num_experts, train=False) == capacity
   route, _ = router.Router(config, num_experts).apply(
       {'params': {'kernel': golden['kernel']}}, golden['x'], train=False)

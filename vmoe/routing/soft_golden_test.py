@@ -13,6 +13,7 @@ import numpy as np
 
 from testing import goldens
 from vmoe.routing import router
+from vmoe.routing import router_config
 
 U = 2.0**-24
 
@@ -21,7 +22,7 @@ def test_dispatch_and_combine_equal_v_moe_s_soft_router():
   g = goldens.load('soft_router')
   _, num_tokens, dim = g['x'].shape
   _, num_experts, slots = g['mu'].shape
-  config = router.RouterConfig(name='soft_moe', capacity_factor=1)
+  config = router_config.RouterConfig(name='soft_moe', capacity_factor=1)
   assert config.capacity(num_tokens, num_experts) == slots   # The reference's round, halves even.
   route, _ = router.Router(config, num_experts).apply(
       {'params': {'phi': g['mu'], 'scale': g['scale']}}, g['x'], train=False)

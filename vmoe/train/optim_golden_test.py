@@ -8,6 +8,7 @@ from configs import common
 from testing import goldens
 from testing.goldens import optimizer as optimizer_golden
 from vmoe.train import optim
+from vmoe.train import optim_config
 
 # float32's unit roundoff.
 U32 = 2.0**-24
@@ -18,7 +19,7 @@ def test_schedule_equals_v_moes_warmup_linear_decay():
   for run in range(3):
     peak, total = float(g[f'run{run}_peak']), int(g[f'run{run}_total_steps'])
     schedule = optim.make_schedule(
-        optim.ScheduleConfig(peak_lr=peak, warmup_steps=int(g['warmup_steps']),
+        optim_config.ScheduleConfig(peak_lr=peak, warmup_steps=int(g['warmup_steps']),
                              end_lr=float(g['end_value'])), total)
     ours = np.array([schedule(int(step)) for step in g[f'run{run}_steps']], np.float32)
     # Both sides are optax's linear schedules in float32: the fraction count / steps, its
@@ -44,10 +45,10 @@ def test_ten_adam_steps_equal_v_moes_optimizer():
   g = goldens.load('optimizer')
   # The paper configs' optimizer section (configs/common.py), against V-MoE's i21k values.
   section = common.get_paper_config('B/32', 'softmax_tc').optimizer
-  opt = optim.OptimizerConfig(**section)
+  opt = optim_config.OptimizerConfig(**section)
   steps = int(g['total_steps'])
   tx, schedule = optim.make_optimizer(
-      opt, optim.ScheduleConfig(peak_lr=float(g['peak']), warmup_steps=int(g['warmup_steps']),
+      opt, optim_config.ScheduleConfig(peak_lr=float(g['peak']), warmup_steps=int(g['warmup_steps']),
                                 end_lr=float(g['end_value'])), steps)
   start = {n.removeprefix('params/'): v for n, v in g.arrays.items()
            if n.startswith('params/')}
