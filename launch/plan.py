@@ -121,6 +121,9 @@ RUNG_SLICES = tuple(s for s in SLICES if s.devices == 8) + (
 RUNG_HEADING = '## The ImageNet-1k rung'
 # Peak-memory columns: the config's overrides for each (the base columns are the configs' float32
 # model with bfloat16 dispatch).
+# Where the rung's RandAugment runs (data.augment_on): the host's tf.data, or the jitted step on the
+# accelerator; the rung section plans each slice on both, the paper configs set 'device'.
+AUGMENT_PATHS = ('host', 'device')
 PRECISIONS = {
     'bf16': {'model.dtype': 'bfloat16'},
     'remat': {'model.remat': True},
@@ -132,9 +135,11 @@ def paper_config(variant: str, router: str = ROUTER):
   return common.get_paper_config(variant, router, 'c=1')
 
 
-def rung_config():
-  """The ImageNet-1k rung's published cell: V-MoE's S/32 recipe, softmax_tc at k = 2, c = 1.05."""
-  return ilsvrc_s32_vmoe.get_config()
+def rung_config(augment_on: str | None = None):
+  """The ImageNet-1k rung's published cell: V-MoE's S/32 recipe, softmax_tc at k = 2, c = 1.05;
+  its augmentation on `augment_on` (AUGMENT_PATHS) where given, else on the config's own."""
+  config = ilsvrc_s32_vmoe.get_config()
+  return config if augment_on is None else common.override(config, {'data.augment_on': augment_on})
 
 
 def device_bytes(tree, shardings) -> int:
@@ -215,9 +220,10 @@ def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
   devices = devices[:slice_.devices]
   compiler = f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
   router = config.moe.router.name if config.moe.router else declarations.DENSE
-  key = f'{config.model.variant}-{router}-{compiler}-{len(devices)}'
+  augment_on = config.data.augment_on
+  key = f'{config.model.variant}-{router}-{compiler}-{len(devices)}-{augment_on}'
   row = {'arch': config.model.variant, 'router': router, 'slice': slice_.name,
-         'compiler': compiler,
+         'compiler': compiler, 'augment_on': augment_on,
          **cached(cache_dir, f'{key}-{program_digest(config)}',
                   lambda: measure(config, devices))}
   row['peak_bytes'] = row['argument_bytes'] + row['temp_bytes']
@@ -238,22 +244,26 @@ def _gib(num_bytes: float) -> str:
   return f'{num_bytes / GIB:.2f}'
 
 
-def plan_table(rows: list[dict], steps: int, unit: str = 'days') -> list[str]:
+def plan_table(rows: list[dict], steps: int, unit: str = 'days',
+               paths: bool = False) -> list[str]:
   """The Markdown table of plan rows: memory in GiB per device, the peak under each precision of
-  the first row, and the ideal time of `steps` steps in `unit` ('days', or 'hours' to 0.01)."""
+  the first row, and the ideal time of `steps` steps in `unit` ('days', or 'hours' to 0.01);
+  with `paths`, a column says where each row's augmentation runs (data.augment_on)."""
   precisions = list(rows[0].get('precision_peak_bytes', {})) if rows else []
   per_day, digits = {'days': (1, 1), 'hours': (24, 2)}[unit]
   lines = [
-      '| model | slice | compiler | mesh data x expert | images / device | parameters | '
-      'Adam moments | '
+      '| model | slice | compiler | ' + ('augment_on | ' if paths else '') +
+      'mesh data x expert | images / device | parameters | Adam moments | '
       'arguments | temporary | peak | ' + ''.join(f'peak, {p} | ' for p in precisions) +
       'device memory | fits | TFLOPs / step | ideal ms / step | '
       f'ideal {unit}, {steps:,} steps |',
-      '|' + ' --- |' * (15 + len(precisions))]
+      '|' + ' --- |' * (15 + paths + len(precisions))]
   memory = {s.name: s.memory_gib for s in SLICES + RUNG_SLICES}
   for r in rows:
     lines.append(
-        f"| {r['arch']} | {r['slice']} | {r['compiler']} | {r['mesh'][0]} x {r['mesh'][1]} | "
+        f"| {r['arch']} | {r['slice']} | {r['compiler']} | " +
+        (f"{r['augment_on']} | " if paths else '') +
+        f"{r['mesh'][0]} x {r['mesh'][1]} | "
         f"{r['batch_per_device']} | {_gib(r['param_bytes'])} | {_gib(r['optimizer_bytes'])} | "
         f"{_gib(r['argument_bytes'])} | {_gib(r['temp_bytes'])} | {_gib(r['peak_bytes'])} | " +
         ''.join(f"{_gib(r['precision_peak_bytes'][p])} | " for p in precisions) +
@@ -306,8 +316,21 @@ def to_markdown(rows: list[dict], router_rows: list[dict], command: str, steps: 
   return '\n'.join(lines) + '\n'
 
 
+def path_ratios(rows: list[dict]) -> list[str]:
+  """A line per slice of `rows` measured on both AUGMENT_PATHS: the device path's peak over the
+  host path's."""
+  peaks = {(r['slice'], r['augment_on']): r['peak_bytes'] for r in rows}
+  slices = dict.fromkeys(r['slice'] for r in rows)
+  return [f"- {s}: peak {_gib(peaks[s, 'device'])} GiB on the device path, "
+          f"{_gib(peaks[s, 'host'])} on the host path: "
+          f"{peaks[s, 'device'] / peaks[s, 'host']:.2f}x."
+          for s in slices if (s, 'device') in peaks and (s, 'host') in peaks]
+
+
 def rung_section(rows: list[dict], command: str, config) -> str:
-  """docs/scaling.md's last section: the rung's published cell `config` on RUNG_SLICES."""
+  """docs/scaling.md's last section: the rung's published cell `config` on RUNG_SLICES, a row
+  per slice and augmentation path (`rows`' augment_on), and the device path's peak against the
+  host path's."""
   router = config.moe.router
   lines = [
       RUNG_HEADING, '',
@@ -318,8 +341,13 @@ def rung_section(rows: list[dict], command: str, config) -> str:
       f'{router.capacity_factor:g}), global batch {config.batch_size:,}, on one 8-GPU node '
       '(the TPU v5p stand-in of the table above) and on a TPU v4-32. The columns read as above; '
       'the ideal time is of the cell\'s own steps, in hours. '
-      '[`accelerators.md`](accelerators.md) turns it into the cost of a run and of the grid.',
-      '', *plan_table(rows, config.num_train_steps, unit='hours'), '']
+      '[`accelerators.md`](accelerators.md) turns it into the cost of a run and of the grid. '
+      '*augment_on* is where RandAugment runs (`--config.data.augment_on`): `host`, in the '
+      'input pipeline on the CPUs, or `device`, the pp\'s tail in the jitted step on the '
+      'accelerator ([`data.md`](data.md)), whose temporaries add to the peak. The rung\'s '
+      f'config runs `{config.data.augment_on}`, as the paper configs do.',
+      '', *plan_table(rows, config.num_train_steps, unit='hours', paths=True), '']
+  lines += path_ratios(rows)
   lines += [_parameters_line(r) for r in rows[:1]]
   return '\n'.join(lines) + '\n'
 
@@ -370,18 +398,21 @@ def main(argv=None) -> int:
     parser.error(f'--archs: valid values are {", ".join(published.ARCHS)}')
   precisions = () if args.no_precisions else tuple(PRECISIONS)
 
-  def rows_on(config, slices) -> list[dict]:
+  def rows_on(configs, slices) -> list[dict]:
     rows = []
     for slice_ in slices:
-      rows.append(plan_row(config, slice_, slice_devices(slice_, cpu_devices, tpu), precisions,
-                           args.cache_dir))
-      print(f"{config.model.variant} {slice_.name}: peak {_gib(rows[-1]['peak_bytes'])} GiB "
-            f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
+      for config in configs:
+        rows.append(plan_row(config, slice_, slice_devices(slice_, cpu_devices, tpu), precisions,
+                             args.cache_dir))
+        print(f"{config.model.variant} {slice_.name} {config.data.augment_on}: peak "
+              f"{_gib(rows[-1]['peak_bytes'])} GiB "
+              f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
     return rows
 
   command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in (argv or sys.argv[1:]))
   rung = rung_config()
-  rung_text = rung_section(rows_on(rung, RUNG_SLICES), command, rung)
+  rung_text = rung_section(rows_on([rung_config(p) for p in AUGMENT_PATHS], RUNG_SLICES),
+                           command, rung)
   if args.rung_only:
     previous = ''
     if os.path.exists(args.out):
@@ -390,7 +421,7 @@ def main(argv=None) -> int:
     atomic.write_text(args.out, with_rung_section(previous, rung_text))
     print(f'wrote {args.out}')
     return 0
-  rows = [row for variant in archs for row in rows_on(paper_config(variant), SLICES)]
+  rows = [row for variant in archs for row in rows_on([paper_config(variant)], SLICES)]
   router_rows = []
   routers = () if args.no_routers else router_lib.PAPER_ROUTERS
   for router in routers:   # B/32 on SLICES[ROUTER_SLICE]; ROUTER's row comes from the cache.
