@@ -18,3 +18,25 @@ def test_the_memory_row_quotes_the_tails_measured_temporaries():
           "paper's randaug(2, 20)), under the 4 MB an image that "
           f"`bench/tail_memory_test.py` asserts, and {mb['rung', 'XLA:CPU', 64]:.2f} under "
           "XLA:CPU") in page
+
+
+def rung_peaks() -> dict:
+  """scaling.md's rung section: each (slice, augment_on) row's peak column, as written."""
+  with open(os.path.join(DOCS, 'scaling.md'), encoding='utf-8') as f:
+    section = f.read().split('## The ImageNet-1k rung')[1]
+  table = [[c.strip() for c in line.strip('|').split('|')]
+           for line in section.splitlines() if line.startswith('| ')]
+  header = table[0]
+  return {(row[header.index('slice')], row[header.index('augment_on')]): row[header.index('peak')]
+          for row in table[1:]}
+
+
+def test_the_memory_row_quotes_the_rungs_planned_peaks_on_both_paths():
+  peaks = rung_peaks()
+  with open(os.path.join(DOCS, 'accelerators.md'), encoding='utf-8') as f:
+    page = f.read()
+  gpu, tpu = '8x H100 80GB', 'TPU v4-32'
+  assert (f"| memory a GPU | {peaks[gpu, 'device']} GiB at the peak on the device path, the "
+          f"rung's setting, against {peaks[gpu, 'host']} on the host path") in page
+  assert (f"On a TPU v4-32, {peaks[tpu, 'device']} GiB a TensorCore on the device path against "
+          f"{peaks[tpu, 'host']} on the host path") in page
