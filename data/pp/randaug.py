@@ -199,11 +199,15 @@ def posterize(image, level, draws):
   return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
 
 
+def _invert_from(image, threshold: int):
+  """Inverts the pixels >= threshold (compared as int32: no uint8 wrap here)."""
+  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+
+
 def solarize(image, level, draws):
   """Inverts pixels >= int(256 * level)."""
   del draws
-  threshold = randaug_spec.solarize_threshold(level)
-  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+  return _invert_from(image, randaug_spec.solarize_threshold(level))
 
 
 def solarize_add(image, level, draws):
@@ -335,8 +339,7 @@ def posterize_reference(image, level, draws):
 def solarize_reference(image, level, draws):
   """Inverts pixels >= the wrapped threshold (all of them at magnitudes 10 and 20)."""
   del draws
-  threshold = randaug_spec.reference_solarize_threshold(level)
-  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+  return _invert_from(image, randaug_spec.reference_solarize_threshold(level))
 
 
 def color_reference(image, level, draws):
