@@ -128,8 +128,9 @@ study: install
 rehearsal: install
 	$(PY) -m launch.rehearsal run --dir $(WORKDIRS)/rehearsal
 
+PLAN_JOBS ?= 2
 plan: install tpu-compiler
-	$(PY) -m launch.plan --out docs/scaling.md
+	MALLOC_ARENA_MAX=2 $(PY) -m launch.plan --jobs $(PLAN_JOBS) --out docs/scaling.md
 
 VMOE ?= ../vmoe
 BIG_VISION ?= ../big_vision

@@ -1,6 +1,6 @@
 """Memory and time plan: per-device memory and FLOPs of the paper's models on common slices.
 
-  nice -n 19 .venv/bin/python -m launch.plan --out docs/scaling.md
+  nice -n 19 .venv/bin/python -m launch.plan --jobs 2 --out docs/scaling.md   # as make plan
   nice -n 19 .venv/bin/python -m launch.plan --no-tpu-compiler --out /tmp/scaling.md   # XLA:CPU
   nice -n 19 .venv/bin/python -m launch.plan --rung-only --out docs/scaling.md   # the rung alone
 
@@ -35,8 +35,10 @@ numbers are upper bounds: it converts bfloat16 matmul operands to float32 (both 
 it never rematerialises on its own.
 
 Each compiled program's counters are kept in --cache-dir, so a killed plan resumes where it
-stopped, `--archs` splits the work over processes that share the cache (a last run over all
-archs then only reads it), and the 8x H100 rows reuse the 8x A100 stand-in's programs. A
+stopped, and the 8x H100 rows reuse the 8x A100 stand-in's programs. `--jobs N` compiles with N
+processes (one a core): each takes the next program, the largest models first, that no other
+has claimed (an exclusive file in a claims directory of the cache, gone with the run) or cached,
+and this process then writes the page from the cache. A
 measurement's name holds a digest of what makes its program (`program_digest`: the resolved
 config, the jax and jaxlib versions and the model code's sources), so an edited config or model
 compiles afresh instead of reading stale counters.
@@ -53,7 +55,10 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 # XLA:CPU's default scheduler orders a program for concurrency: it runs the backward pass's
@@ -75,6 +80,8 @@ from base import fast_compile   # pylint: disable=wrong-import-position
 from base import published   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32_vmoe   # pylint: disable=wrong-import-position
+from data.pp import device_split   # pylint: disable=wrong-import-position
+from data.pp import syntax as pp_syntax   # pylint: disable=wrong-import-position
 from launch import tpu_compiler   # pylint: disable=wrong-import-position
 from vmoe.routing import declarations   # pylint: disable=wrong-import-position
 from vmoe.model import sharding   # pylint: disable=wrong-import-position
@@ -178,8 +185,9 @@ def slice_devices(slice_: Slice, cpu_devices, tpu: bool) -> list:
   return tpu_compiler.devices(slice_.tpu_topology) if tpu else cpu_devices[:slice_.devices]
 
 
-# The sources a compiled step is made from (tests aside), relative to the repository's root.
-PROGRAM_SOURCES = ('vmoe/**/*.py', 'configs/*.py', 'base/*.py')
+# The sources a compiled step is made from (tests aside), relative to the repository's root:
+# data/ holds the pp's tail that the device path compiles into the step.
+PROGRAM_SOURCES = ('vmoe/**/*.py', 'configs/*.py', 'base/*.py', 'data/**/*.py')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -197,13 +205,18 @@ def program_digest(config) -> str:
   return digest.hexdigest()[:12]
 
 
+def cache_path(cache_dir: str, key: str) -> str:
+  """The file in cache_dir that holds the counters of the program named `key`."""
+  return os.path.join(cache_dir, re.sub(r'[^A-Za-z0-9.=+-]', '_', key) + '.json')
+
+
 def cached(cache_dir: str | None, key: str, compute) -> dict:
   """compute()'s dict, saved once per `key` in cache_dir (atomically) and read back from there by
   any later or concurrent run: a killed plan resumes, and a slice that compiles the same program
   as another (8x H100 and 8x A100 on one stand-in topology) reuses it. None: no cache."""
   if cache_dir is None:
     return compute()
-  path = os.path.join(cache_dir, re.sub(r'[^A-Za-z0-9.=+-]', '_', key) + '.json')
+  path = cache_path(cache_dir, key)
   if os.path.exists(path):
     with open(path, encoding='utf-8') as f:
       return json.load(f)
@@ -212,27 +225,40 @@ def cached(cache_dir: str | None, key: str, compute) -> dict:
   return value
 
 
+def _compiler(slice_: Slice, devices) -> str:
+  return f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
+
+
+def _router(config) -> str:
+  return config.moe.router.name if config.moe.router else declarations.DENSE
+
+
+def programs(config, slice_: Slice, devices, precisions: tuple[str, ...] = ()) -> list[tuple]:
+  """The programs a plan row compiles on `devices` (the slice's): (cache key, config) of the
+  config itself, then of its variant under each of `precisions` (PRECISIONS names). A key names
+  the program: its arch, router, compiler, device count, augmentation path and program_digest."""
+  key = (f'{config.model.variant}-{_router(config)}-{_compiler(slice_, devices)}-{len(devices)}-'
+         f'{config.data.augment_on}')
+  variants = [(f'-{name}', common.override(config.copy_and_resolve_references(), PRECISIONS[name]))
+              for name in precisions]
+  return [(f'{key}{suffix}-{program_digest(c)}', c) for suffix, c in [('', config), *variants]]
+
+
 def plan_row(config, slice_: Slice, devices, precisions: tuple[str, ...] = (),
              cache_dir: str | None = None) -> dict:
   """`measure` on a slice's `devices`, with the totals a user sizes a run by, and the peak bytes
   per device under each of `precisions` (PRECISIONS names) in row['precision_peak_bytes'];
   measurements are `cached` in cache_dir."""
   devices = devices[:slice_.devices]
-  compiler = f'XLA:TPU {slice_.tpu_topology}' if devices[0].platform == 'tpu' else 'XLA:CPU'
-  router = config.moe.router.name if config.moe.router else declarations.DENSE
-  augment_on = config.data.augment_on
-  key = f'{config.model.variant}-{router}-{compiler}-{len(devices)}-{augment_on}'
-  row = {'arch': config.model.variant, 'router': router, 'slice': slice_.name,
-         'compiler': compiler, 'augment_on': augment_on,
-         **cached(cache_dir, f'{key}-{program_digest(config)}',
-                  lambda: measure(config, devices))}
+  (key, _), *variants = programs(config, slice_, devices, precisions)
+  row = {'arch': config.model.variant, 'router': _router(config), 'slice': slice_.name,
+         'compiler': _compiler(slice_, devices), 'augment_on': config.data.augment_on,
+         **cached(cache_dir, key, lambda: measure(config, devices))}
   row['peak_bytes'] = row['argument_bytes'] + row['temp_bytes']
   row['fits'] = row['peak_bytes'] <= slice_.memory_gib * GIB
   row['precision_peak_bytes'] = {}
-  for name in precisions:
-    overridden = common.override(config.copy_and_resolve_references(), PRECISIONS[name])
-    other = cached(cache_dir, f'{key}-{name}-{program_digest(overridden)}',
-                   lambda c=overridden: measure(c, devices))
+  for name, (other_key, other_config) in zip(precisions, variants):
+    other = cached(cache_dir, other_key, lambda c=other_config: measure(c, devices))
     row['precision_peak_bytes'][name] = other['argument_bytes'] + other['temp_bytes']
   row['flops_per_step'] = row['flops_per_device'] * slice_.devices
   row['ideal_step_seconds'] = row['flops_per_device'] / (slice_.peak_tflops * 1e12)
@@ -244,25 +270,23 @@ def _gib(num_bytes: float) -> str:
   return f'{num_bytes / GIB:.2f}'
 
 
-def plan_table(rows: list[dict], steps: int, unit: str = 'days',
-               paths: bool = False) -> list[str]:
-  """The Markdown table of plan rows: memory in GiB per device, the peak under each precision of
-  the first row, and the ideal time of `steps` steps in `unit` ('days', or 'hours' to 0.01);
-  with `paths`, a column says where each row's augmentation runs (data.augment_on)."""
+def plan_table(rows: list[dict], steps: int, unit: str = 'days') -> list[str]:
+  """The Markdown table of plan rows: where each row's augmentation runs (data.augment_on),
+  memory in GiB per device, the peak under each precision of the first row, and the ideal time of
+  `steps` steps in `unit` ('days', or 'hours' to 0.01)."""
   precisions = list(rows[0].get('precision_peak_bytes', {})) if rows else []
   per_day, digits = {'days': (1, 1), 'hours': (24, 2)}[unit]
   lines = [
-      '| model | slice | compiler | ' + ('augment_on | ' if paths else '') +
+      '| model | slice | compiler | augment_on | '
       'mesh data x expert | images / device | parameters | Adam moments | '
       'arguments | temporary | peak | ' + ''.join(f'peak, {p} | ' for p in precisions) +
       'device memory | fits | TFLOPs / step | ideal ms / step | '
       f'ideal {unit}, {steps:,} steps |',
-      '|' + ' --- |' * (15 + paths + len(precisions))]
+      '|' + ' --- |' * (16 + len(precisions))]
   memory = {s.name: s.memory_gib for s in SLICES + RUNG_SLICES}
   for r in rows:
     lines.append(
-        f"| {r['arch']} | {r['slice']} | {r['compiler']} | " +
-        (f"{r['augment_on']} | " if paths else '') +
+        f"| {r['arch']} | {r['slice']} | {r['compiler']} | {r['augment_on']} | "
         f"{r['mesh'][0]} x {r['mesh'][1]} | "
         f"{r['batch_per_device']} | {_gib(r['param_bytes'])} | {_gib(r['optimizer_bytes'])} | "
         f"{_gib(r['argument_bytes'])} | {_gib(r['temp_bytes'])} | {_gib(r['peak_bytes'])} | " +
@@ -279,9 +303,23 @@ def _parameters_line(row: dict) -> str:
           'GiB.')
 
 
-def to_markdown(rows: list[dict], router_rows: list[dict], command: str, steps: int) -> str:
-  """docs/scaling.md up to the rung's section: the plan table, the router comparison and how
-  they were made."""
+def augmentation_sentence(config) -> str:
+  """Where `config`'s training pp runs (data.augment_on), said with its host ops and its tail."""
+  pp = config.data.pp_train
+  cut = device_split.tail_on_device(pp, config.data.augment_on)
+  if cut is None:
+    return (f'The configs run `data.augment_on = {config.data.augment_on}`: the whole training pp, '
+            f'`{pp}`, runs in the input pipeline on the host.')
+  head = '|'.join(op.spec for op in pp_syntax.parse(pp)[:cut.head_length])
+  tail = '|'.join(op.spec for op in cut.tail)
+  return ('The paper configs run `data.augment_on = device` (*augment_on*): the host decodes '
+          f'and crops (`{head}`) and ships uint8 images, and the jitted step runs the pp\'s tail, '
+          f'`{tail}`, on the accelerator, so its temporaries are in the peak.')
+
+
+def to_markdown(rows: list[dict], router_rows: list[dict], command: str, config) -> str:
+  """docs/scaling.md up to the rung's section: the plan table of the paper's `config` (the first
+  arch's) and its kin, the router comparison and how they were made."""
   precisions = list(rows[0].get('precision_peak_bytes', {})) if rows else []
   lines = [
       '# Scaling plan: memory and FLOPs per device', '',
@@ -289,8 +327,8 @@ def to_markdown(rows: list[dict], router_rows: list[dict], command: str, steps: 
       '`launch/plan.py` for the method and its caveats). Global batch 4096, E = 32 experts, '
       f'{ROUTER} at c = 1, float32 parameters, Adam; the configs\' float32 model with bfloat16 '
       'dispatch, and the peak under each of ' + (', '.join(precisions) or 'no other precision') +
-      ' (`--config.model.dtype=bfloat16`, `--config.model.remat=True`); memory in GiB per device.',
-      '', *plan_table(rows, steps)]
+      ' (`--config.model.dtype=bfloat16`, `--config.model.remat=True`); memory in GiB per device. '
+      + augmentation_sentence(config), '', *plan_table(rows, config.num_train_steps)]
   lines += ['', 'Reading the table: *arguments* is the device\'s share of the train state '
             '(parameters, Adam moments) and of the batch; *temporary* holds the activations kept '
             'for the backward pass, the gradients and the all-to-all buffers; *peak* is their '
@@ -346,7 +384,7 @@ def rung_section(rows: list[dict], command: str, config) -> str:
       'input pipeline on the CPUs, or `device`, the pp\'s tail in the jitted step on the '
       'accelerator ([`data.md`](data.md)), whose temporaries add to the peak. The rung\'s '
       f'config runs `{config.data.augment_on}`, as the paper configs do.',
-      '', *plan_table(rows, config.num_train_steps, unit='hours', paths=True), '']
+      '', *plan_table(rows, config.num_train_steps, unit='hours'), '']
   lines += path_ratios(rows)
   lines += [_parameters_line(r) for r in rows[:1]]
   return '\n'.join(lines) + '\n'
@@ -358,6 +396,70 @@ def with_rung_section(text: str, section: str) -> str:
   start = text.find(RUNG_HEADING)
   head = (text if start < 0 else text[:start]).rstrip('\n')
   return f'{head}\n\n{section}' if head else section
+
+
+# A request for a plan row: the config, the slice and the precisions it is also compiled under.
+Request = tuple
+
+
+def requests(archs: list[str], precisions: tuple[str, ...], routers, rung_only: bool) -> dict:
+  """The plan's rows, by section, as requests: 'rung' (the rung's cell on RUNG_SLICES on each of
+  AUGMENT_PATHS), and unless rung_only 'paper' (each of archs on SLICES) and 'routers' (B/32 on
+  SLICES[ROUTER_SLICE] with each of routers; ROUTER's program is the paper row's)."""
+  sections = {'rung': [(rung_config(path), s, precisions)
+                       for s in RUNG_SLICES for path in AUGMENT_PATHS]}
+  if not rung_only:
+    sections['paper'] = [(paper_config(a), s, precisions) for a in archs for s in SLICES]
+    sections['routers'] = [(paper_config(published.ARCHS[0], r), SLICES[ROUTER_SLICE], ())
+                           for r in routers]
+  return sections
+
+
+def jobs(sections: dict, devices_of) -> list[tuple]:
+  """Every distinct program of the requests in `sections` as (key, config, devices), the largest
+  models first (a worker that takes the last job then waits least): devices_of(slice) are the
+  slice's devices."""
+  found = {}
+  for config, slice_, precisions in sorted(
+      (r for rows in sections.values() for r in rows),
+      key=lambda r: -published.ARCHS.index(r[0].model.variant)
+      if r[0].model.variant in published.ARCHS else 1):
+    devices = devices_of(slice_)[:slice_.devices]
+    for key, program in programs(config, slice_, devices, precisions):
+      found.setdefault(key, (key, program, devices))
+  return list(found.values())
+
+
+def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
+  """One worker's share of `todo` (jobs()): each program that no file in cache_dir holds and no
+  other worker has claimed (a file in claims_dir, made exclusively) is measured into the cache.
+  The number measured."""
+  done = 0
+  for key, config, devices in todo:
+    claim = os.path.join(claims_dir, os.path.basename(cache_path(cache_dir, key)))
+    if os.path.exists(cache_path(cache_dir, key)):
+      continue
+    try:
+      os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+      continue
+    row = cached(cache_dir, key, lambda c=config, d=devices: measure(c, d))
+    done += 1
+    print(f"{key}: {row['compile_cpu_seconds']:.0f} CPU-s", flush=True)
+  return done
+
+
+def run_workers(argv: list[str], count: int, cache_dir: str) -> list[int]:
+  """`count` processes of this plan (`argv`) with --claims, which fill cache_dir between them;
+  their exit codes. The claims go with them: a killed plan's unfinished programs are free again."""
+  os.makedirs(cache_dir, exist_ok=True)
+  claims_dir = tempfile.mkdtemp(prefix='claims-', dir=cache_dir)
+  try:
+    workers = [subprocess.Popen([sys.executable, '-m', 'launch.plan', *argv,
+                                 '--claims', claims_dir], cwd=ROOT) for _ in range(count)]
+    return [w.wait() for w in workers]
+  finally:
+    shutil.rmtree(claims_dir, ignore_errors=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -379,11 +481,16 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--rung-only', action='store_true',
                       help='Compile the ImageNet-1k rung\'s rows alone (RUNG_SLICES) and rewrite '
                       'only their section of --out, keeping the rest of the file as it is.')
+  parser.add_argument('--jobs', type=int, default=1,
+                      help='Processes that compile the programs (one a CPU core): they share '
+                      '--cache-dir, taking each program once, then this one writes --out.')
+  parser.add_argument('--claims', help=argparse.SUPPRESS)   # A worker of --jobs: fill the cache.
   return parser
 
 
 def main(argv=None) -> int:
   parser = _parser()
+  argv = sys.argv[1:] if argv is None else list(argv)
   args = parser.parse_args(argv)
   tpu = not args.no_tpu_compiler
   if tpu and not tpu_compiler.available():
@@ -396,41 +503,45 @@ def main(argv=None) -> int:
   archs = [a for a in args.archs.split(',') if a]
   if not set(archs) <= set(published.ARCHS):
     parser.error(f'--archs: valid values are {", ".join(published.ARCHS)}')
+  if args.jobs < 1:
+    parser.error(f'--jobs {args.jobs}: give at least 1 process.')
   precisions = () if args.no_precisions else tuple(PRECISIONS)
+  routers = () if args.no_routers else router_lib.PAPER_ROUTERS
+  sections = requests(archs, precisions, routers, args.rung_only)
 
-  def rows_on(configs, slices) -> list[dict]:
+  def devices_of(slice_):
+    return slice_devices(slice_, cpu_devices, tpu)
+
+  if args.claims:
+    work(jobs(sections, devices_of), args.cache_dir, args.claims)
+    return 0
+  if args.jobs > 1:
+    codes = run_workers(argv, args.jobs, args.cache_dir)
+    if any(codes):
+      print(f'workers exited with {codes}: what they left uncompiled is compiled here.',
+            flush=True)
+
+  def rows_of(section: str) -> list[dict]:
     rows = []
-    for slice_ in slices:
-      for config in configs:
-        rows.append(plan_row(config, slice_, slice_devices(slice_, cpu_devices, tpu), precisions,
-                             args.cache_dir))
-        print(f"{config.model.variant} {slice_.name} {config.data.augment_on}: peak "
-              f"{_gib(rows[-1]['peak_bytes'])} GiB "
-              f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
+    for config, slice_, row_precisions in sections[section]:
+      rows.append(plan_row(config, slice_, devices_of(slice_), row_precisions, args.cache_dir))
+      print(f"{config.model.variant} {_router(config)} {slice_.name} {config.data.augment_on}: "
+            f"peak {_gib(rows[-1]['peak_bytes'])} GiB "
+            f"({rows[-1]['compile_cpu_seconds']:.0f} CPU-s)", flush=True)
     return rows
 
-  command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in (argv or sys.argv[1:]))
-  rung = rung_config()
-  rung_text = rung_section(rows_on([rung_config(p) for p in AUGMENT_PATHS], RUNG_SLICES),
-                           command, rung)
+  command = 'python -m launch.plan' + ''.join(f' {shlex.quote(a)}' for a in argv)
+  rung_text = rung_section(rows_of('rung'), command, rung_config())
   if args.rung_only:
     previous = ''
     if os.path.exists(args.out):
       with open(args.out, encoding='utf-8') as f:
         previous = f.read()
     atomic.write_text(args.out, with_rung_section(previous, rung_text))
-    print(f'wrote {args.out}')
-    return 0
-  rows = [row for variant in archs for row in rows_on([paper_config(variant)], SLICES)]
-  router_rows = []
-  routers = () if args.no_routers else router_lib.PAPER_ROUTERS
-  for router in routers:   # B/32 on SLICES[ROUTER_SLICE]; ROUTER's row comes from the cache.
-    router_rows.append(plan_row(
-        paper_config(published.ARCHS[0], router), SLICES[ROUTER_SLICE],
-        slice_devices(SLICES[ROUTER_SLICE], cpu_devices, tpu), cache_dir=args.cache_dir))
-  paper_text = to_markdown(rows, router_rows, command,
-                           paper_config(published.ARCHS[0]).num_train_steps)
-  atomic.write_text(args.out, with_rung_section(paper_text, rung_text))
+  else:
+    paper_text = to_markdown(rows_of('paper'), rows_of('routers'), command,
+                             paper_config(published.ARCHS[0]))
+    atomic.write_text(args.out, with_rung_section(paper_text, rung_text))
   print(f'wrote {args.out}')
   return 0
 

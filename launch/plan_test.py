@@ -91,8 +91,9 @@ def test_a_row_counts_the_state_and_the_step(small_plan):
   assert row['temp_bytes'] > 0 and row['fits']
   assert row['flops_per_step'] == row['flops_per_device'] > 0
   assert row['ideal_step_seconds'] == pytest.approx(row['flops_per_device'] / 1e12)
-  table = plan.to_markdown([row], [row], 'python -m launch.plan', small_config().num_train_steps)
-  assert '| mu/32 | one CPU | XLA:CPU | 1 x 1 | 256 |' in table and '| softmax_ec |' in table
+  table = plan.to_markdown([row], [row], 'python -m launch.plan', small_config())
+  assert '| mu/32 | one CPU | XLA:CPU | device | 1 x 1 | 256 |' in table
+  assert '| softmax_ec |' in table
 
 
 @SHARES_SMALL_PLAN
@@ -101,7 +102,7 @@ def test_precision_columns_measure_bfloat16_and_remat_memory(small_plan):
   peaks = row['precision_peak_bytes']
   assert set(peaks) == {'bf16', 'remat'}
   assert peaks['bf16'] <= row['peak_bytes'] and peaks['remat'] < row['peak_bytes']
-  table = plan.to_markdown([row], [], 'python -m launch.plan', small_config().num_train_steps)
+  table = plan.to_markdown([row], [], 'python -m launch.plan', small_config())
   assert '| peak, bf16 | peak, remat |' in table
   assert f"| {plan._gib(row['peak_bytes'])} | {plan._gib(peaks['bf16'])} | " in table
 
@@ -270,9 +271,72 @@ def test_the_rung_section_states_the_cell_and_its_hours(small_plan):
           f"{plan._gib(row['peak_bytes'])} on the host path: 1.25x.") in section
 
 
-def test_the_paper_table_has_no_augment_on_column():
-  assert 'augment_on' not in plan.plan_table([], 10)[0]
-  assert '| compiler | augment_on | mesh' in plan.plan_table([], 10, paths=True)[0]
+def test_every_table_says_where_the_augmentation_runs():
+  assert '| compiler | augment_on | mesh' in plan.plan_table([], 10)[0]
+  # The paper rows' setting, with the ops on each side of the cut (data/pp/device_split.py).
+  sentence = plan.augmentation_sentence(plan.paper_config('B/32'))
+  assert 'The paper configs run `data.augment_on = device`' in sentence
+  assert '(`decode|inception_crop(224)`) and ships uint8 images' in sentence
+  assert "`flip_lr|randaug(2, 20, arithmetic='reference')|value_range(-1, 1)|onehot(" in sentence
+  host = common.override(plan.paper_config('B/32'), {'data.augment_on': 'host'})
+  assert 'the whole training pp, `decode|inception_crop(224)|flip_lr|' in (
+      plan.augmentation_sentence(host))
+
+
+def fake_measure(measured: list):
+  """A stand-in for plan.measure that records each compile and returns counters."""
+  def measure(config, devices):
+    measured.append((config.model.variant, len(devices)))
+    return {'compile_cpu_seconds': 0.0, 'argument_bytes': 1, 'temp_bytes': 2}
+  return measure
+
+
+def test_workers_share_the_programs_and_take_each_once(tmp_path, monkeypatch):
+  # Two slices of one program (the 8x A100 / 8x H100 stand-in's case), under two precisions:
+  # three distinct programs. A program another worker claimed is left to it; a cached one is
+  # not compiled again.
+  measured = []
+  monkeypatch.setattr(plan, 'measure', fake_measure(measured))
+  slices = [ONE_CPU, dataclasses.replace(ONE_CPU, name='same CPU')]
+  sections = {'paper': [(small_config(), s, tuple(plan.PRECISIONS)) for s in slices]}
+  todo = plan.jobs(sections, lambda slice_: jax.devices()[:1])
+  assert len(todo) == 3 and len({key for key, _, _ in todo}) == 3
+  claims, cache = tmp_path / 'claims', tmp_path / 'cache'
+  claims.mkdir()
+  (claims / os.path.basename(plan.cache_path(str(cache), todo[1][0]))).touch()
+  assert plan.work(todo, str(cache), str(claims)) == 2 and len(measured) == 2
+  assert sorted(os.listdir(cache)) == sorted(
+      os.path.basename(plan.cache_path(str(cache), todo[i][0])) for i in (0, 2))
+  assert plan.work(todo, str(cache), str(claims)) == 0     # Two cached, one claimed.
+  (tmp_path / 'next run').mkdir()                          # A later run's claims: the one left.
+  assert plan.work(todo, str(cache), str(tmp_path / 'next run')) == 1 and len(measured) == 3
+
+
+def test_jobs_start_with_the_largest_model():
+  sections = plan.requests(['B/32', 'L/16'], (), ('softmax_tc',), rung_only=False)
+  todo = plan.jobs(sections, lambda slice_: jax.devices()[:1] * slice_.devices)
+  variants = [config.model.variant for _, config, _ in todo]
+  assert variants == sorted(variants, key=['L/16', 'B/32', 'VMoE-S/32'].index)
+  # Each arch on the slices (8x A100 and 8x H100: one program), one router, the rung's two
+  # device counts on both paths.
+  assert len(todo) == 2 * (len(plan.SLICES) - 1) + 1 + 2 * len(plan.AUGMENT_PATHS)
+
+
+def test_jobs_run_as_workers_that_claim_in_one_directory(tmp_path, monkeypatch):
+  started = []
+
+  class FakeProcess:
+    def __init__(self, command, cwd):
+      started.append((command, cwd, os.path.isdir(command[-1])))
+
+    def wait(self):
+      return 0
+  monkeypatch.setattr(plan.subprocess, 'Popen', FakeProcess)
+  assert plan.run_workers(['--out', 'x.md'], 2, str(tmp_path)) == [0, 0]
+  assert len(started) == 2 and started[0] == started[1]
+  command, cwd, existed = started[0]
+  assert command[1:5] == ['-m', 'launch.plan', '--out', 'x.md'] and command[5] == '--claims'
+  assert cwd == plan.ROOT and existed and not os.path.exists(command[-1])   # Gone after.
 
 
 def test_the_rung_section_replaces_its_own_and_keeps_the_rest():
