@@ -89,6 +89,14 @@ def _body(name: str, result: dict) -> list[str]:
     return _table([{'pp': k, 'images_per_second': v, 'per_vcpu': per_vcpu.get(k)}
                    for k, v in result['images_per_second'].items()],
                   ('pp', 'images_per_second', 'per_vcpu'))
+  if name == 'input_pipeline_op_specs.json':   # Two commits' medians, ranges and ratio a pp.
+    stats = ('median_per_vcpu', 'range_per_vcpu')
+    return _table([{'pp': pp, **{f'{s} {side}': result[s][side][pp]
+                                 for s in stats for side in ('before', 'after')},
+                    'after / before': result['after_over_before'][pp]}
+                   for pp in result['after_over_before']],
+                  ('pp', *(f'{s} {side}' for s in stats for side in ('before', 'after')),
+                   'after / before'))
   if name == 'device_augment.json':
     # The tail's randaug op names each device-path row; the host path's row has none.
     return _table([{**r, 'randaug': next((op for op in r.get('tail', '').split('|')
