@@ -454,9 +454,12 @@ def run_workers(argv: list[str], count: int, cache_dir: str) -> list[int]:
   their exit codes. The claims go with them: a killed plan's unfinished programs are free again."""
   os.makedirs(cache_dir, exist_ok=True)
   claims_dir = tempfile.mkdtemp(prefix='claims-', dir=cache_dir)
+  # In this process's directory, where argv's relative paths point, with the repository importable.
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join(
+      p for p in (ROOT, os.environ.get('PYTHONPATH')) if p)}
   try:
     workers = [subprocess.Popen([sys.executable, '-m', 'launch.plan', *argv,
-                                 '--claims', claims_dir], cwd=ROOT) for _ in range(count)]
+                                 '--claims', claims_dir], env=env) for _ in range(count)]
     return [w.wait() for w in workers]
   finally:
     shutil.rmtree(claims_dir, ignore_errors=True)

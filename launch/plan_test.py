@@ -326,17 +326,18 @@ def test_jobs_run_as_workers_that_claim_in_one_directory(tmp_path, monkeypatch):
   started = []
 
   class FakeProcess:
-    def __init__(self, command, cwd):
-      started.append((command, cwd, os.path.isdir(command[-1])))
+    def __init__(self, command, env):
+      started.append((command, env['PYTHONPATH'].split(os.pathsep)[0],
+                      os.path.isdir(command[-1])))
 
     def wait(self):
       return 0
   monkeypatch.setattr(plan.subprocess, 'Popen', FakeProcess)
   assert plan.run_workers(['--out', 'x.md'], 2, str(tmp_path)) == [0, 0]
   assert len(started) == 2 and started[0] == started[1]
-  command, cwd, existed = started[0]
+  command, path, existed = started[0]
   assert command[1:5] == ['-m', 'launch.plan', '--out', 'x.md'] and command[5] == '--claims'
-  assert cwd == plan.ROOT and existed and not os.path.exists(command[-1])   # Gone after.
+  assert path == plan.ROOT and existed and not os.path.exists(command[-1])   # Gone after.
 
 
 def test_the_rung_section_replaces_its_own_and_keeps_the_rest():
