@@ -103,6 +103,7 @@ bench: install tpu-compiler
 	  --out bench/results/sparsity_solver.json
 	$(PY) -m bench.input_pipeline --out bench/results/input_pipeline.json
 	$(PY) -m bench.device_augment --out bench/results/device_augment.json
+	$(PY) -m bench.config_load --out bench/results/config_load.json
 	$(PY) -m bench.tail_memory --tpu-images 8 64 --out bench/results/tail_memory.json
 	$(PY) -m bench.report
 

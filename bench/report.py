@@ -89,6 +89,9 @@ def _body(name: str, result: dict) -> list[str]:
     return _table([{'pp': k, 'images_per_second': v, 'per_vcpu': per_vcpu.get(k)}
                    for k, v in result['images_per_second'].items()],
                   ('pp', 'images_per_second', 'per_vcpu'))
+  if name == 'config_load.json':
+    return _table(result['rows'], ('program', 'median_s', 'above_bare_s', 'min_s', 'max_s')) + [
+        '', 'Ratios: ' + _cell(result['ratios']) + '.']
   if name == 'input_pipeline_op_specs.json':   # Two commits' medians, ranges and ratio a pp.
     stats = ('median_per_vcpu', 'range_per_vcpu')
     return _table([{'pp': pp, **{f'{s} {side}': result[s][side][pp]
