@@ -18,6 +18,10 @@ Stored (exact equality is the claim, so each output is kept as its SHA-256): `ca
 each op case, `case_digest` the SHA-256 of the reference's output bytes (C order, uint8, shape of
 the input); the outputs of `FULL_IMAGES` are also stored whole (`full_output`, deduplicated, one
 row per distinct output, `case_full` its row or -1), to show what differs when a test fails.
+The ops of SUMMED_OPS sum in an order that depends on the CPU's kernel, so their outputs also keep
+every ROW_STEP-th row (`summed_rows`, `case_summed` its row or -1), and `smoothing_digest` holds
+the SHA-256 of `smoothing` (the sums themselves) on each input: where a CPU's sums differ from
+these, a test compares those rows within the bound it derives.
 """
 import hashlib
 
@@ -32,6 +36,11 @@ SIGNED = ('Rotate', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY')
 SIGN_DRAW = {1: 0.75, -1: 0.25}
 # Images whose outputs are stored whole: the edge case (it compresses to little).
 FULL_IMAGES = (4,)
+# Sharpness's smoothing is TensorFlow's depthwise convolution, whose sums depend on the CPU's
+# kernel (oneDNN's SSE4.1 kernel and Eigen's give other float32 sums than its AVX2 and AVX-512
+# ones: measured with ONEDNN_MAX_CPU_ISA and TF_ENABLE_ONEDNN_OPTS=0).
+SUMMED_OPS = ('Sharpness',)
+ROW_STEP = 8
 CHOICE_RUNS = 32
 CHOICE_MAGNITUDES = (10, 20)
 
@@ -150,6 +159,16 @@ def digest(array: np.ndarray) -> np.ndarray:
   return np.frombuffer(hashlib.sha256(np.ascontiguousarray(array).tobytes()).digest(), np.uint8)
 
 
+def smoothing(tf, image: np.ndarray) -> np.ndarray:
+  """The float32 sums that the reference's Sharpness truncates: its SMOOTH kernel (1 around, 5 at
+  the centre, over 13) as TensorFlow's depthwise convolution of the image, VALID padding. How a
+  CPU's kernel sums them is what SUMMED_OPS depend on."""
+  kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32, shape=[3, 3, 1, 1]) / 13.
+  kernel = tf.tile(kernel, [1, 1, image.shape[-1], 1])
+  return tf.nn.depthwise_conv2d(tf.cast(image, tf.float32)[None], kernel, [1, 1, 1, 1],
+                                padding='VALID').numpy()
+
+
 def op_cases(inputs: np.ndarray, names, rng: np.random.Generator):
   """(image index, op, magnitude, sign or 0, centre or (-1, -1)) for every case."""
   for index in range(len(inputs)):
@@ -182,7 +201,7 @@ def generate(context) -> dict:
            'TranslateY', 'Cutout', 'SolarizeAdd']
   inputs = images()
   cases, digests, arguments, full, full_rows = [], [], [], [], {}
-  case_full = []
+  case_full, summed, case_summed = [], [], []
   for index, op, magnitude, sign, centre in op_cases(inputs, names, np.random.default_rng(0)):
     queue[:] = [SIGN_DRAW[sign]] if sign else []
     func, _, args = autoaugment._parse_policy_info(  # pylint: disable=protected-access
@@ -203,6 +222,9 @@ def generate(context) -> dict:
         full.append(out)
       row = full_rows[key]
     case_full.append(row)
+    case_summed.append(len(summed) if names[op] in SUMMED_OPS else -1)
+    if names[op] in SUMMED_OPS:
+      summed.append(out[::ROW_STEP])
   cases = np.array(cases, np.int32)
 
   # The op choice: the first layer's op runs through all 16 twice, the rest from the stream.
@@ -236,6 +258,9 @@ def generate(context) -> dict:
       'case_digest': np.stack(digests),
       'case_full': np.array(case_full, np.int32),
       'full_output': np.stack(full),
+      'case_summed': np.array(case_summed, np.int32),
+      'summed_rows': np.stack(summed),
+      'smoothing_digest': np.stack([digest(smoothing(tf, image)) for image in inputs]),
       # Each logged draw: (1 if an integer draw, minval, maxval, value), in call order; run r's
       # draws are choice_draws[choice_bounds[r]:choice_bounds[r + 1]].
       'choice_draws': np.array(fed_choice.log, np.float64),
