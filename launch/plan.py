@@ -430,18 +430,78 @@ def jobs(sections: dict, devices_of) -> list[tuple]:
   return list(found.values())
 
 
+# What a worker needs free before it starts a program while another worker compiles: one
+# program's compile has held up to 13.5 GiB (L/16 with remat on a v3-128, and on the 8-device
+# stand-in), and two of them at once were killed for memory on a 24 GiB host.
+HEADROOM_BYTES = 15 * GIB
+
+
+def memory_available() -> int | None:
+  """The kernel's estimate of memory available to start programs (/proc/meminfo), or None."""
+  try:
+    with open('/proc/meminfo', encoding='utf-8') as f:
+      fields = dict(line.split(':', 1) for line in f)
+    return int(fields['MemAvailable'].split()[0]) * 1024
+  except (OSError, KeyError, ValueError):
+    return None
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def others_compiling(cache_dir: str, claims_dir: str) -> bool:
+  """Whether another live worker holds a claim whose program is not cached yet."""
+  for name in os.listdir(claims_dir):
+    if os.path.exists(os.path.join(cache_dir, name)):
+      continue
+    with open(os.path.join(claims_dir, name), encoding='utf-8') as f:
+      pid = int(f.read() or 0)
+    if pid and pid != os.getpid() and _alive(pid):
+      return True
+  return False
+
+
+def wait_for_memory(cache_dir: str, claims_dir: str, headroom: int = HEADROOM_BYTES,
+                    poll_seconds: float = 5.0) -> None:
+  """Returns once this worker may start a program: no other worker compiles, or `headroom`
+  bytes are available beside it."""
+  while others_compiling(cache_dir, claims_dir):
+    available = memory_available()
+    if available is None or available >= headroom:
+      return
+    time.sleep(poll_seconds)
+
+
+def claim(claims_dir: str, name: str) -> bool:
+  """Claims the program cached as `name` for this process (its pid in an exclusive file)."""
+  try:
+    fd = os.open(os.path.join(claims_dir, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+  except FileExistsError:
+    return False
+  with os.fdopen(fd, 'w', encoding='utf-8') as f:
+    f.write(str(os.getpid()))
+  return True
+
+
 def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
   """One worker's share of `todo` (jobs()): each program that no file in cache_dir holds and no
-  other worker has claimed (a file in claims_dir, made exclusively) is measured into the cache.
+  worker has claimed (claim) is measured into the cache, once memory allows (wait_for_memory).
   The number measured."""
   done = 0
   for key, config, devices in todo:
-    claim = os.path.join(claims_dir, os.path.basename(cache_path(cache_dir, key)))
-    if os.path.exists(cache_path(cache_dir, key)):
+    name = os.path.basename(cache_path(cache_dir, key))
+    if os.path.exists(cache_path(cache_dir, key)) or os.path.exists(
+        os.path.join(claims_dir, name)):
       continue
-    try:
-      os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
+    wait_for_memory(cache_dir, claims_dir)
+    if not claim(claims_dir, name):
       continue
     row = cached(cache_dir, key, lambda c=config, d=devices: measure(c, d))
     done += 1
@@ -449,18 +509,31 @@ def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
   return done
 
 
-def run_workers(argv: list[str], count: int, cache_dir: str) -> list[int]:
+def run_workers(argv: list[str], count: int, cache_dir: str, respawns: int = 4) -> list[int]:
   """`count` processes of this plan (`argv`) with --claims, which fill cache_dir between them;
-  their exit codes. The claims go with them: a killed plan's unfinished programs are free again."""
+  their exit codes. One that dies (killed for memory) is replaced, up to `respawns` times: the
+  program it held stays claimed, for this process to compile alone afterwards. The claims go
+  with them: a killed plan's unfinished programs are free again."""
   os.makedirs(cache_dir, exist_ok=True)
   claims_dir = tempfile.mkdtemp(prefix='claims-', dir=cache_dir)
   # In this process's directory, where argv's relative paths point, with the repository importable.
   env = {**os.environ, 'PYTHONPATH': os.pathsep.join(
       p for p in (ROOT, os.environ.get('PYTHONPATH')) if p)}
+
+  def start():
+    return subprocess.Popen([sys.executable, '-m', 'launch.plan', *argv, '--claims', claims_dir],
+                            env=env)
   try:
-    workers = [subprocess.Popen([sys.executable, '-m', 'launch.plan', *argv,
-                                 '--claims', claims_dir], env=env) for _ in range(count)]
-    return [w.wait() for w in workers]
+    workers, codes = [start() for _ in range(count)], []
+    while workers:
+      time.sleep(1)
+      for worker in [w for w in workers if w.poll() is not None]:
+        workers.remove(worker)
+        codes.append(worker.returncode)
+        if worker.returncode and respawns:
+          respawns -= 1
+          workers.append(start())
+    return codes
   finally:
     shutil.rmtree(claims_dir, ignore_errors=True)
 
