@@ -430,20 +430,27 @@ def jobs(sections: dict, devices_of) -> list[tuple]:
   return list(found.values())
 
 
-# What a worker needs free before it starts a program while another worker compiles: one
-# program's compile has held up to 13.5 GiB (L/16 with remat on a v3-128, and on the 8-device
-# stand-in), and two of them at once were killed for memory on a 24 GiB host.
-HEADROOM_BYTES = 15 * GIB
+# Programs that a worker compiles alone where the host has less memory than two of them need:
+# L/16's compiles held up to 13.5 GiB (on a v3-128 with remat, and on the 8-device stand-in), and
+# two at once were killed for memory on a 24 GiB host; B/32's and B/16's ran two at a time.
+HEAVY_ARCHS = ('L/16',)
+HEAVY_BYTES = 14 * GIB
 
 
-def memory_available() -> int | None:
-  """The kernel's estimate of memory available to start programs (/proc/meminfo), or None."""
+def memory_total() -> int | None:
+  """The host's memory (/proc/meminfo MemTotal), or None where it cannot be read."""
   try:
     with open('/proc/meminfo', encoding='utf-8') as f:
       fields = dict(line.split(':', 1) for line in f)
-    return int(fields['MemAvailable'].split()[0]) * 1024
+    return int(fields['MemTotal'].split()[0]) * 1024
   except (OSError, KeyError, ValueError):
     return None
+
+
+def compiles_alone(config) -> bool:
+  """Whether `config`'s program is compiled with no other beside it on this host."""
+  total = memory_total()
+  return config.model.variant in HEAVY_ARCHS and total is not None and total < 2 * HEAVY_BYTES
 
 
 def _alive(pid: int) -> bool:
@@ -456,43 +463,45 @@ def _alive(pid: int) -> bool:
   return True
 
 
-def others_compiling(cache_dir: str, claims_dir: str) -> bool:
-  """Whether another live worker holds a claim whose program is not cached yet."""
+def others_compiling(cache_dir: str, claims_dir: str) -> list[bool]:
+  """For each program another live worker has claimed and not cached yet: whether it compiles
+  alone."""
+  found = []
   for name in os.listdir(claims_dir):
     if os.path.exists(os.path.join(cache_dir, name)):
       continue
     with open(os.path.join(claims_dir, name), encoding='utf-8') as f:
-      pid = int(f.read() or 0)
-    if pid and pid != os.getpid() and _alive(pid):
-      return True
-  return False
+      pid, _, mode = f.read().partition(' ')
+    if pid and int(pid) != os.getpid() and _alive(int(pid)):
+      found.append(mode == 'alone')
+  return found
 
 
-def wait_for_memory(cache_dir: str, claims_dir: str, headroom: int = HEADROOM_BYTES,
-                    poll_seconds: float = 5.0) -> None:
-  """Returns once this worker may start a program: no other worker compiles, or `headroom`
-  bytes are available beside it."""
-  while others_compiling(cache_dir, claims_dir):
-    available = memory_available()
-    if available is None or available >= headroom:
+def wait_to_start(cache_dir: str, claims_dir: str, alone: bool, poll_seconds: float = 5.0) -> None:
+  """Returns once this worker may start a program: one that compiles `alone` when no other
+  worker compiles; any other when none compiles alone."""
+  while True:
+    others = others_compiling(cache_dir, claims_dir)
+    if not (others if alone else any(others)):
       return
     time.sleep(poll_seconds)
 
 
-def claim(claims_dir: str, name: str) -> bool:
-  """Claims the program cached as `name` for this process (its pid in an exclusive file)."""
+def claim(claims_dir: str, name: str, alone: bool = False) -> bool:
+  """Claims the program cached as `name` for this process: an exclusive file holding its pid and
+  whether it compiles alone."""
   try:
     fd = os.open(os.path.join(claims_dir, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
   except FileExistsError:
     return False
   with os.fdopen(fd, 'w', encoding='utf-8') as f:
-    f.write(str(os.getpid()))
+    f.write(f"{os.getpid()} {'alone' if alone else 'shared'}")
   return True
 
 
 def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
   """One worker's share of `todo` (jobs()): each program that no file in cache_dir holds and no
-  worker has claimed (claim) is measured into the cache, once memory allows (wait_for_memory).
+  worker has claimed (claim) is measured into the cache, once it may start (wait_to_start).
   The number measured."""
   done = 0
   for key, config, devices in todo:
@@ -500,8 +509,9 @@ def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
     if os.path.exists(cache_path(cache_dir, key)) or os.path.exists(
         os.path.join(claims_dir, name)):
       continue
-    wait_for_memory(cache_dir, claims_dir)
-    if not claim(claims_dir, name):
+    alone = compiles_alone(config)
+    wait_to_start(cache_dir, claims_dir, alone)
+    if not claim(claims_dir, name, alone):
       continue
     row = cached(cache_dir, key, lambda c=config, d=devices: measure(c, d))
     done += 1

@@ -343,25 +343,29 @@ def test_jobs_run_as_workers_that_claim_in_one_directory(tmp_path, monkeypatch):
   assert path == plan.ROOT and existed and not os.path.exists(command[-1])   # Gone after.
 
 
-def test_a_worker_waits_for_memory_while_another_compiles(tmp_path, monkeypatch):
+def test_a_heavy_program_compiles_alone_on_a_small_host(tmp_path, monkeypatch):
   cache, claims = tmp_path / 'cache', tmp_path / 'claims'
   cache.mkdir()
   claims.mkdir()
   assert plan.claim(str(claims), 'mine.json') and not plan.claim(str(claims), 'mine.json')
-  assert (claims / 'mine.json').read_text() == str(os.getpid())
-  assert not plan.others_compiling(str(cache), str(claims))        # Its own claim.
+  assert (claims / 'mine.json').read_text() == f'{os.getpid()} shared'
+  assert plan.others_compiling(str(cache), str(claims)) == []      # Its own claim.
   dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
                         capture_output=True, text=True, check=True).stdout.strip()
-  (claims / 'killed.json').write_text(dead)
-  assert not plan.others_compiling(str(cache), str(claims))        # A dead worker's claim.
-  (claims / 'other.json').write_text(str(os.getppid()))
-  assert plan.others_compiling(str(cache), str(claims))            # A live one, not cached.
-  free = iter([1 * plan.GIB, 2 * plan.GIB, 20 * plan.GIB])
-  monkeypatch.setattr(plan, 'memory_available', lambda: next(free))
-  slept = []
-  plan.wait_for_memory(str(cache), str(claims), poll_seconds=0, headroom=15 * plan.GIB)
-  assert next(free, 'used') == 'used'                              # Polled until 20 GiB.
-  (cache / 'other.json').write_text('{}')                          # Its program is cached.
-  monkeypatch.setattr(plan, 'memory_available', lambda: slept.append(1) or 0)
-  plan.wait_for_memory(str(cache), str(claims), poll_seconds=0)
-  assert not slept                                                 # Alone: no wait.
+  (claims / 'killed.json').write_text(f'{dead} alone')
+  assert plan.others_compiling(str(cache), str(claims)) == []      # A dead worker's claim.
+  (claims / 'other.json').write_text(f'{os.getppid()} alone')
+  assert plan.others_compiling(str(cache), str(claims)) == [True]  # Live, not cached.
+  polls = []
+  monkeypatch.setattr(plan.time, 'sleep', lambda seconds: (
+      polls.append(seconds), (cache / 'other.json').write_text('{}')))
+  plan.wait_to_start(str(cache), str(claims), alone=False)         # Waits for it, once.
+  assert len(polls) == 1
+  plan.wait_to_start(str(cache), str(claims), alone=True)          # Cached now: none left.
+  assert len(polls) == 1
+  # L/16 is heavy: alone on a host with less than two of its compiles' memory, not on more.
+  config = plan.paper_config('L/16')
+  monkeypatch.setattr(plan, 'memory_total', lambda: 24 * plan.GIB)
+  assert plan.compiles_alone(config) and not plan.compiles_alone(plan.paper_config('B/16'))
+  monkeypatch.setattr(plan, 'memory_total', lambda: 64 * plan.GIB)
+  assert not plan.compiles_alone(config)
