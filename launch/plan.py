@@ -477,14 +477,10 @@ def others_compiling(cache_dir: str, claims_dir: str) -> list[bool]:
   return found
 
 
-def wait_to_start(cache_dir: str, claims_dir: str, alone: bool, poll_seconds: float = 5.0) -> None:
-  """Returns once this worker may start a program: one that compiles `alone` when no other
-  worker compiles; any other when none compiles alone."""
-  while True:
-    others = others_compiling(cache_dir, claims_dir)
-    if not (others if alone else any(others)):
-      return
-    time.sleep(poll_seconds)
+def may_start(alone: bool, others: list[bool]) -> bool:
+  """Whether a program that compiles `alone` may start beside the `others` (others_compiling):
+  alone, when none compiles; any other, when none compiles alone."""
+  return not (others if alone else any(others))
 
 
 def claim(claims_dir: str, name: str, alone: bool = False) -> bool:
@@ -499,24 +495,29 @@ def claim(claims_dir: str, name: str, alone: bool = False) -> bool:
   return True
 
 
-def work(todo: list[tuple], cache_dir: str, claims_dir: str) -> int:
-  """One worker's share of `todo` (jobs()): each program that no file in cache_dir holds and no
-  worker has claimed (claim) is measured into the cache, once it may start (wait_to_start).
-  The number measured."""
+def work(todo: list[tuple], cache_dir: str, claims_dir: str, poll_seconds: float = 5.0) -> int:
+  """One worker's share of `todo` (jobs()): it measures into the cache, one at a time, the first
+  program in order that is neither cached nor claimed (claim) and that may start beside what the
+  other workers compile (may_start), waiting while none may; it stops when none is left. The
+  number measured."""
   done = 0
-  for key, config, devices in todo:
-    name = os.path.basename(cache_path(cache_dir, key))
-    if os.path.exists(cache_path(cache_dir, key)) or os.path.exists(
-        os.path.join(claims_dir, name)):
+  while True:
+    left = [job for job in todo if not os.path.exists(cache_path(cache_dir, job[0])) and
+            not os.path.exists(os.path.join(claims_dir, os.path.basename(
+                cache_path(cache_dir, job[0]))))]
+    if not left:
+      return done
+    others = others_compiling(cache_dir, claims_dir)
+    startable = [job for job in left if may_start(compiles_alone(job[1]), others)]
+    if not startable:
+      time.sleep(poll_seconds)
       continue
+    key, config, devices = startable[0]
     alone = compiles_alone(config)
-    wait_to_start(cache_dir, claims_dir, alone)
-    if not claim(claims_dir, name, alone):
-      continue
-    row = cached(cache_dir, key, lambda c=config, d=devices: measure(c, d))
-    done += 1
-    print(f"{key}: {row['compile_cpu_seconds']:.0f} CPU-s", flush=True)
-  return done
+    if claim(claims_dir, os.path.basename(cache_path(cache_dir, key)), alone):
+      row = cached(cache_dir, key, lambda c=config, d=devices: measure(c, d))
+      done += 1
+      print(f"{key}: {row['compile_cpu_seconds']:.0f} CPU-s", flush=True)
 
 
 def run_workers(argv: list[str], count: int, cache_dir: str, respawns: int = 4) -> list[int]:

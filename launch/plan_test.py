@@ -356,16 +356,25 @@ def test_a_heavy_program_compiles_alone_on_a_small_host(tmp_path, monkeypatch):
   assert plan.others_compiling(str(cache), str(claims)) == []      # A dead worker's claim.
   (claims / 'other.json').write_text(f'{os.getppid()} alone')
   assert plan.others_compiling(str(cache), str(claims)) == [True]  # Live, not cached.
+  # Beside a program compiling alone, nothing starts; beside a shared one, only shared ones.
+  assert not plan.may_start(False, [True]) and not plan.may_start(True, [True])
+  assert plan.may_start(False, [False]) and not plan.may_start(True, [False])
+  assert plan.may_start(True, []) and plan.may_start(False, [])
+  # A worker skips what may not start for what may, and waits while nothing may.
+  measured = []
+  monkeypatch.setattr(plan, 'measure', fake_measure(measured))
+  compiles_alone = plan.compiles_alone
+  monkeypatch.setattr(plan, 'compiles_alone', lambda config: config.model.variant == 'L/16')
+  todo = [('heavy', plan.paper_config('L/16'), []), ('light', plan.paper_config('B/32'), [])]
+  (claims / 'other.json').write_text(f'{os.getppid()} shared')     # Another compiles, shared.
   polls = []
   monkeypatch.setattr(plan.time, 'sleep', lambda seconds: (
       polls.append(seconds), (cache / 'other.json').write_text('{}')))
-  plan.wait_to_start(str(cache), str(claims), alone=False)         # Waits for it, once.
-  assert len(polls) == 1
-  plan.wait_to_start(str(cache), str(claims), alone=True)          # Cached now: none left.
-  assert len(polls) == 1
+  assert plan.work(todo, str(cache), str(claims)) == 2
+  assert measured == [('B/32', 0), ('L/16', 0)] and len(polls) == 1
   # L/16 is heavy: alone on a host with less than two of its compiles' memory, not on more.
   config = plan.paper_config('L/16')
   monkeypatch.setattr(plan, 'memory_total', lambda: 24 * plan.GIB)
-  assert plan.compiles_alone(config) and not plan.compiles_alone(plan.paper_config('B/16'))
+  assert compiles_alone(config) and not compiles_alone(plan.paper_config('B/16'))
   monkeypatch.setattr(plan, 'memory_total', lambda: 64 * plan.GIB)
-  assert not plan.compiles_alone(config)
+  assert not compiles_alone(config)
