@@ -17,8 +17,9 @@
 #                  configs/ilsvrc_s32_vmoe.py)
 #   make plan      docs/scaling.md: per-device memory and FLOPs of the paper's models and of the
 #                  ImageNet-1k rung's cell, compiled by XLA:TPU from libtpu without a TPU
-#                  (installs libtpu if missing; 86 CPU-min; resumable, cached in workdirs/plan;
-#                  the rung's section alone: python -m launch.plan --rung-only)
+#                  (installs libtpu if missing; 62 programs compiled by PLAN_JOBS=2 processes, L/16's
+#                  one at a time under 28 GiB of memory; resumable, cached in workdirs/plan; the
+#                  rung's section alone: python -m launch.plan --rung-only)
 #   make rehearsal configs/b32_sinkhorn_ec.py end to end at the paper's shapes on 8 simulated CPU
 #                  devices (E = 8 experts): generated ImageNet archives, the builders, a few
 #                  steps, a preemption, a resume, 10-shot over 1,000 classes; peak memory and
