@@ -10,6 +10,10 @@ one TensorCore of a TPU v4 by XLA:TPU's compiler (launch/tpu_compiler.py: nothin
 this machine's CPU. A row is the compiler's memory_analysis(): temporaries an image, and the
 arguments and outputs. A compiler's buffer assignment is deterministic, so one compile is the
 measurement; XLA:TPU's compile is the slow part, so its batches are small.
+
+--chunk C compiles the tail instead as lax.map over chunks of C images of the batch (one device:
+the mapped axis is not sharded), a candidate to bound the compile's time and memory as the
+per-device batch grows; the outputs are per example, so equal (bench/tail_memory_test.py).
 """
 import argparse
 import functools
@@ -49,15 +53,31 @@ def abstract_batch(split: device_split.Split, images: int) -> dict:
           for key, (shape, dtype) in split.shipped_shapes(IMAGE_SHAPE).items()}
 
 
-def tail_memory(split: device_split.Split, images: int, device) -> dict:
-  """memory_analysis() of `split`'s tail compiled for `images` images on `device`, in bytes and
-  in MB an image."""
+def chunked_tail(split: device_split.Split, chunk: int, batch: dict) -> dict:
+  """device_augment.run_tail on `batch` as lax.map over its chunks of `chunk` examples."""
+  steps = next(iter(batch.values())).shape[0] // chunk
+  parts = jax.tree.map(lambda x: x.reshape((steps, chunk) + x.shape[1:]), batch)
+  out = jax.lax.map(functools.partial(device_augment.run_tail, split), parts)
+  return jax.tree.map(lambda x: x.reshape((steps * chunk,) + x.shape[2:]), out)
+
+
+def tail_fn(split: device_split.Split, chunk: int = 0):
+  """The tail as compiled: whole (chunk 0), or chunked_tail."""
+  if chunk:
+    return functools.partial(chunked_tail, split, chunk)
+  return functools.partial(device_augment.run_tail, split)
+
+
+def tail_memory(split: device_split.Split, images: int, device, chunk: int = 0) -> dict:
+  """memory_analysis() of `split`'s tail (tail_fn) compiled for `images` images on `device`, in
+  bytes and in MB an image."""
   sharding = jax.sharding.SingleDeviceSharding(device)
   start = time.process_time()
-  compiled = jax.jit(functools.partial(device_augment.run_tail, split), in_shardings=sharding,
+  compiled = jax.jit(tail_fn(split, chunk), in_shardings=sharding,
                      out_shardings=sharding).lower(abstract_batch(split, images)).compile()
   memory = compiled.memory_analysis()
-  return {'images': images, 'temp_bytes': memory.temp_size_in_bytes,
+  return {'images': images, **({'chunk': chunk} if chunk else {}),
+          'temp_bytes': memory.temp_size_in_bytes,
           'temp_mb_per_image': round(memory.temp_size_in_bytes / images / MB, 3),
           'argument_bytes': memory.argument_size_in_bytes,
           'output_bytes': memory.output_size_in_bytes,
@@ -79,7 +99,7 @@ def run(args) -> dict:
     for name, split in tails.items():
       for images in sizes:
         row = {'tail': name, 'pp': '|'.join(op.spec for op in split.tail), 'compiler': compiler,
-               **tail_memory(split, images, device)}
+               **tail_memory(split, images, device, args.chunk)}
         print(row, flush=True)
         rows.append(row)
   return {'machine': {**host.host(), 'jax': jax.__version__}, 'rows': rows,
@@ -96,6 +116,8 @@ def main(argv=None) -> int:
   parser.add_argument('--cpu-images', type=int, nargs='*', default=[8, 64],
                       help='batch sizes compiled by XLA:CPU (none: XLA:TPU alone)')
   parser.add_argument('--no-tpu', action='store_true', help='XLA:CPU alone (no libtpu needed)')
+  parser.add_argument('--chunk', type=int, default=0,
+                      help='compile lax.map over chunks of this many images (0: the whole batch)')
   parser.add_argument('--out', default='bench/results/tail_memory.json')
   args = parser.parse_args(argv)
   if not args.no_tpu and not tpu_compiler.available():
