@@ -55,6 +55,14 @@ def cgroup_cores(cpu_max: str | None, cfs_quota: str | None,
   return None
 
 
+def meminfo_bytes(meminfo: str, field: str) -> int:
+  """`field` (MemTotal, MemAvailable, ...) of /proc/meminfo's text, in bytes."""
+  for line in meminfo.splitlines():
+    if line.startswith(f'{field}:'):
+      return int(line.split()[1]) * 1024
+  raise ValueError(f'/proc/meminfo has no {field} line')
+
+
 def read_text(path: str) -> str | None:
   """A small system file's stripped text, None where it cannot be read."""
   try:

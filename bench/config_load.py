@@ -73,6 +73,8 @@ def main(argv=None) -> int:
   parser.add_argument('--rounds', type=int, default=7)
   parser.add_argument('--out', default='bench/results/config_load.json')
   args = parser.parse_args(argv)
+  if args.rounds < 1:
+    parser.error(f'--rounds {args.rounds}: give at least 1 round.')
   result = measure(args.rounds)
   timing.write_result(
       args.out, result.pop('rows'),

@@ -120,6 +120,10 @@ def main(argv=None) -> int:
                       help='compile lax.map over chunks of this many images (0: the whole batch)')
   parser.add_argument('--out', default='bench/results/tail_memory.json')
   args = parser.parse_args(argv)
+  uneven = [n for n in args.tpu_images + args.cpu_images if args.chunk and n % args.chunk]
+  if args.chunk < 0 or uneven:
+    parser.error(f'--chunk {args.chunk}: give 0, or a size that divides every batch size '
+                 f'(not {uneven}).')
   if not args.no_tpu and not tpu_compiler.available():
     parser.error(f'{tpu_compiler.MISSING}, or pass --no-tpu.')
   atomic.write_json(args.out, run(args))

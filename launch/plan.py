@@ -77,6 +77,7 @@ import numpy as np   # pylint: disable=wrong-import-position
 
 from base import atomic   # pylint: disable=wrong-import-position
 from base import fast_compile   # pylint: disable=wrong-import-position
+from base import host   # pylint: disable=wrong-import-position
 from base import published   # pylint: disable=wrong-import-position
 from configs import common   # pylint: disable=wrong-import-position
 from configs import ilsvrc_s32_vmoe   # pylint: disable=wrong-import-position
@@ -398,10 +399,6 @@ def with_rung_section(text: str, section: str) -> str:
   return f'{head}\n\n{section}' if head else section
 
 
-# A request for a plan row: the config, the slice and the precisions it is also compiled under.
-Request = tuple
-
-
 def requests(archs: list[str], precisions: tuple[str, ...], routers, rung_only: bool) -> dict:
   """The plan's rows, by section, as requests: 'rung' (the rung's cell on RUNG_SLICES on each of
   AUGMENT_PATHS), and unless rung_only 'paper' (each of archs on SLICES) and 'routers' (B/32 on
@@ -440,10 +437,8 @@ HEAVY_BYTES = 14 * GIB
 def memory_total() -> int | None:
   """The host's memory (/proc/meminfo MemTotal), or None where it cannot be read."""
   try:
-    with open('/proc/meminfo', encoding='utf-8') as f:
-      fields = dict(line.split(':', 1) for line in f)
-    return int(fields['MemTotal'].split()[0]) * 1024
-  except (OSError, KeyError, ValueError):
+    return host.meminfo_bytes(host.read_text('/proc/meminfo') or '', 'MemTotal')
+  except ValueError:
     return None
 
 

@@ -41,10 +41,7 @@ def cgroup_memory(memory_max: str | None, limit_in_bytes: str | None) -> int | N
 
 def mem_available(meminfo: str) -> int:
   """MemAvailable of /proc/meminfo's text, in bytes."""
-  for line in meminfo.splitlines():
-    if line.startswith('MemAvailable:'):
-      return int(line.split()[1]) * 1024
-  raise ValueError('/proc/meminfo has no MemAvailable line')
+  return host.meminfo_bytes(meminfo, 'MemAvailable')
 
 
 def worker_count(cores: int, memory: int, ci: bool, peak: int = WORKER_PEAK_BYTES) -> int:
