@@ -11,9 +11,9 @@ this machine's CPU. A row is the compiler's memory_analysis(): temporaries an im
 arguments and outputs. A compiler's buffer assignment is deterministic, so one compile is the
 measurement; XLA:TPU's compile is the slow part, so its batches are small.
 
---chunk C compiles the tail instead as lax.map over chunks of C images of the batch (one device:
-the mapped axis is not sharded), a candidate to bound the compile's time and memory as the
-per-device batch grows; the outputs are per example, so equal (bench/tail_memory_test.py).
+--chunk C compiles the tail instead as lax.map over chunks of C images of the batch
+(data/pp/device_augment.py run_tail_in_chunks, as the training step runs it on each device with
+C = device_augment.CHUNK): what bounds the compile's time and memory as the per-device batch grows.
 """
 import argparse
 import functools
@@ -53,18 +53,10 @@ def abstract_batch(split: device_split.Split, images: int) -> dict:
           for key, (shape, dtype) in split.shipped_shapes(IMAGE_SHAPE).items()}
 
 
-def chunked_tail(split: device_split.Split, chunk: int, batch: dict) -> dict:
-  """device_augment.run_tail on `batch` as lax.map over its chunks of `chunk` examples."""
-  steps = next(iter(batch.values())).shape[0] // chunk
-  parts = jax.tree.map(lambda x: x.reshape((steps, chunk) + x.shape[1:]), batch)
-  out = jax.lax.map(functools.partial(device_augment.run_tail, split), parts)
-  return jax.tree.map(lambda x: x.reshape((steps * chunk,) + x.shape[2:]), out)
-
-
 def tail_fn(split: device_split.Split, chunk: int = 0):
-  """The tail as compiled: whole (chunk 0), or chunked_tail."""
+  """The tail as compiled: whole (chunk 0), or in chunks (device_augment.run_tail_in_chunks)."""
   if chunk:
-    return functools.partial(chunked_tail, split, chunk)
+    return functools.partial(device_augment.run_tail_in_chunks, split, chunk)
   return functools.partial(device_augment.run_tail, split)
 
 

@@ -12,6 +12,8 @@ draws, per example, from fold_in(batch[AUGMENT_KEY], i):
   multi_hot     int32 ids padded with -1 -> float32 multi-hot (depth,), a scatter (no (B, ids,
                 depth) one-hot in between);
   keep          the named keys and the evaluation's 'mask'.
+`run_tail_in_chunks(split, chunk, batch)` is the same tail as lax.map over chunks of the batch, what
+the training step runs on each device's shard (vmoe/train/train_step.py with_device_tail).
 Flip and RandAugment draw other numbers than the host's TensorFlow ops; given the same draws each
 RandAugment op agrees with the host's within data/pp/randaug_device.py's stated bounds. Jittable,
 and sharded along the batch like any per-example computation: every example's output depends on
@@ -101,6 +103,27 @@ def run_tail(split: device_split.Split, batch: dict) -> dict:
     else:
       batch = op(batch)
   return batch
+
+
+# Images a device's tail holds at once in training (run_tail_in_chunks). XLA:TPU's temporaries and
+# compile time grow with the images one program augments: the paper's tail compiled for 64 images
+# on a TPU v4 holds 71 MB an image, and in chunks of 8 about 0.4 MB, and compiles in a third of the
+# time (bench/results/tail_memory.json).
+CHUNK = 8
+
+
+def run_tail_in_chunks(split: device_split.Split, chunk: int, batch: dict) -> dict:
+  """run_tail(split, batch) as lax.map over consecutive chunks of the batch: of `chunk` examples,
+  or of the largest size under it that divides the batch. Every output is per example (its
+  pixels, its key), so the values are run_tail's: integers equal, floats within an ulp (XLA may
+  fuse value_range's multiply and add in one program and not the other)."""
+  size = next(iter(batch.values())).shape[0]
+  chunk = max(d for d in range(1, min(chunk, size) + 1) if size % d == 0)
+  if chunk == size:
+    return run_tail(split, batch)
+  parts = jax.tree.map(lambda x: x.reshape((size // chunk, chunk) + x.shape[1:]), batch)
+  out = jax.lax.map(lambda part: run_tail(split, part), parts)
+  return jax.tree.map(lambda x: x.reshape((size,) + x.shape[2:]), out)
 
 
 def tail_images(split: device_split.Split, images: jax.Array) -> jax.Array:

@@ -120,3 +120,24 @@ def test_randaug_carries_its_arithmetic_to_the_device():
   default = np.asarray(_tail(f'decode|randaug(1, 20)|value_range(0, 255)|{LABELS}')(batch)['image'])
   np.testing.assert_array_equal(default, outs['project'])
   assert not np.array_equal(outs['project'], outs['reference'])
+
+
+@pytest.mark.parametrize('size,chunk,expected', [(16, 8, 8), (12, 8, 6), (8, 8, 8)])
+def test_the_tail_in_chunks_is_the_tail_on_the_whole_batch(size, chunk, expected):
+  # Every output is per example (its pixels, its key), so lax.map over chunks gives run_tail's
+  # values: 16 images in chunks of 8, 12 in chunks of 6 (the largest size under 8 dividing 12),
+  # 8 at once. Integers are equal; floats within an ulp of 1 (2^-23): XLA may fuse value_range's
+  # multiply and add in one program and not the other (D20).
+  split = device_split.split(f'decode|flip_lr|randaug(2, 20)|value_range(-1, 1)|{LABELS}')
+  batch = {'image': _images(size, 32), 'label': jnp.arange(size) % 10,
+           device_split.AUGMENT_KEY: KEYS[:size]}
+  whole = jax.jit(lambda b: device_augment.run_tail(split, b))(batch)
+  parts = jax.jit(lambda b: device_augment.run_tail_in_chunks(split, chunk, b))
+  program = parts.lower(batch).as_text()
+  # The images enter the loop as (size / expected, expected, 32, 32, 3).
+  assert (f'tensor<{size // expected}x{expected}x32x32x3xui8>' in program) == (expected < size)
+  out = parts(batch)
+  assert sorted(out) == sorted(whole) == ['image', 'labels']
+  for key, value in out.items():
+    ulp = VALUE_RANGE_ATOL if np.issubdtype(value.dtype, np.floating) else 0
+    np.testing.assert_allclose(np.asarray(value), np.asarray(whole[key]), rtol=0, atol=ulp)

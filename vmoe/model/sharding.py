@@ -81,6 +81,23 @@ def with_mesh(fn, mesh: Mesh):
   return wrapped
 
 
+def per_device(fn):
+  """fn applied to each device's own shard of a batch (a pytree of arrays whose leading axis is
+  split over BATCH_AXES), as jax.shard_map under the mesh in context (`with_mesh`); fn on the
+  whole batch where there is none. For per-example computations: each program then holds one
+  device's examples, and the compiler cannot move examples between devices."""
+  @functools.wraps(fn)
+  def wrapped(batch):
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+      return fn(batch)
+    # check_vma=False: fn runs no collective, so every output varies over the devices as its
+    # inputs do; the check would reject lax.cond branches where one returns a constant table.
+    return jax.shard_map(fn, mesh=mesh, in_specs=(BATCH,), out_specs=BATCH,
+                         check_vma=False)(batch)
+  return wrapped
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   """Batches are split along their leading axis over every device of the mesh."""
   return NamedSharding(mesh, BATCH)

@@ -21,7 +21,6 @@ the (G, E, S) scores and ranks all groups itself. Without the MoE layer's shardi
 the partitioner falls back to replicating the buffers ('As the last resort, SPMD will replicate')
 and all-gathers them in the backward pass.
 """
-import functools
 import json
 import os
 import re
@@ -35,7 +34,6 @@ import numpy as np
 import optax
 import pytest
 
-from data.pp import device_augment
 from data.pp import device_split
 from vmoe.model import mesh_config
 from vmoe.model import sharding
@@ -44,6 +42,7 @@ from vmoe.routing import router as router_lib
 from vmoe.routing import router_config
 from vmoe.train import experiment as experiment_lib
 from vmoe.train import train_program
+from vmoe.train import train_step as train_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The paper's routers and the five after it (vmoe/routing/lab_routers.py): lossfree_tc updates
@@ -229,24 +228,32 @@ DEVICE_TAIL_PP = ('decode|flip_lr|randaug(2, 20)|value_range(-1, 1)|'
 
 def compare_device_tail() -> dict:
   """The tail's batch on 1 device and sharded over 8 (data=2 x expert=4, as the step's batch):
-  the largest pixel and label differences, and the sharding of the 8-device output."""
+  the largest pixel and label differences, the sharding of the 8-device output and the
+  collectives its program holds."""
   tail = device_split.split(DEVICE_TAIL_PP)
   rng = np.random.default_rng(0)
   batch = {'image': rng.integers(0, 256, (64, 32, 32, 3)).astype(np.uint8),
            'label': rng.integers(0, 10, 64).astype(np.int32),
            device_split.AUGMENT_KEY: np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.arange(64)))}
-  run = jax.jit(functools.partial(device_augment.run_tail, tail))
-  one = jax.device_get(run(jax.device_put(batch, jax.devices()[0])))
-  mesh = sharding.make_mesh(mesh_config.MeshConfig(data=2, expert=4))
-  sharded = run(sharding.put_batch(batch, sharding.batch_sharding(mesh)))
+  # The training step's tail (train_step.with_device_tail: each device's shard, in chunks), on a
+  # one-device mesh (8 chunks of 8) and on data=2 x expert=4 (a chunk of 8 on each device).
+  tail_of = lambda mesh: jax.jit(sharding.with_mesh(train_lib.with_device_tail(
+      lambda state, batch, rng: batch, tail), mesh))
+  meshes = [sharding.make_mesh(mesh_config.MeshConfig(data=1, expert=1), jax.devices()[:1]),
+            sharding.make_mesh(mesh_config.MeshConfig(data=2, expert=4))]
+  one = jax.device_get(tail_of(meshes[0])(None, jax.device_put(batch, jax.devices()[0]), None))
+  batch_8 = sharding.put_batch(batch, sharding.batch_sharding(meshes[1]))
+  sharded = tail_of(meshes[1])(None, batch_8, None)
   eight = jax.device_get(sharded)
+  compiled_8 = tail_of(meshes[1]).lower(None, batch_8, None).compile().as_text()
   return {'key': 'device_tail', 'image_diff': float(np.max(np.abs(one['image'] - eight['image']))),
           'labels_diff': float(np.max(np.abs(one['labels'] - eight['labels']))),
           # Images the tail changed beyond value range's own rounding (an ulp of 1).
           'changed': float(np.mean(np.any(
               np.abs(one['image'] - (batch['image'].astype(np.float32) * np.float32(2 / 255) - 1))
               > F32_EPS, axis=(1, 2, 3)))),
-          'image_shards': len(sharded['image'].sharding.device_set)}
+          'image_shards': len(sharded['image'].sharding.device_set),
+          'collectives_8': collectives(compiled_8)}
 
 
 def run_key(router: str, dtype: str) -> str:
@@ -347,6 +354,8 @@ def test_the_device_augmentation_gives_the_same_batch_on_1_and_8_devices(results
   # The one-hot labels are exact.
   r = results['device_tail']
   assert r['image_shards'] == NUM_DEVICES
+  # Each device augments its own examples: nothing moves between devices.
+  assert r['collectives_8'] == {}, r['collectives_8']
   assert r['image_diff'] <= F32_EPS and r['labels_diff'] == 0
   assert r['changed'] > 0.9      # RandAugment (2, 20) changes nearly every image.
 

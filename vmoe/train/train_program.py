@@ -6,14 +6,11 @@ runs. The step benchmarks (bench/), the scaling plan (launch/plan.py) and the 8-
 the trainer runs. Nothing here starts training or installs signal handlers.
 """
 import dataclasses
-import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
-
-from data.pp import device_augment
 
 from vmoe.model import sharding
 from vmoe.model import vit
@@ -80,7 +77,7 @@ def build_step(experiment: experiment_lib.Experiment, model, tx, mesh, state_sha
                                  experiment.mixup_alpha, num_chunks=sharding.batch_shards(mesh))
   tail = experiment.pp_splits[experiment.data.pp_train]
   if tail is not None:
-    step_fn = train_lib.with_device_tail(step_fn, functools.partial(device_augment.run_tail, tail))
+    step_fn = train_lib.with_device_tail(step_fn, tail)
   step_fn = sharding.with_mesh(step_fn, mesh)
   return jax.jit(step_fn, in_shardings=(state_shardings, sharding.batch_sharding(mesh), None),
                  out_shardings=(state_shardings, None), donate_argnums=(0,))

@@ -3,6 +3,7 @@
 Batches are dicts {'image': (B, H, W, C) float32, 'labels': (B, K) one-hot or multi-hot}; under
 data.augment_on = 'device', what the host ships, which with_device_tail turns into them.
 """
+import functools
 from typing import Any, Callable
 
 import flax
@@ -11,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from data.pp import device_augment
+from data.pp import device_split
 from vmoe.model import sharding
 from vmoe.routing import router as router_lib
 from vmoe.train import losses
@@ -149,9 +152,14 @@ def mixup(batch: dict, rng: jax.Array, concentration: float, num_chunks: int) ->
   return mix(batch, sharding.constrain(weights, sharding.P()))
 
 
-def with_device_tail(step: StepFn, tail: Callable[[dict], dict]) -> StepFn:
-  """Wraps a step so that it trains on tail(batch): the pp's tail on the accelerator
-  (data.augment_on = 'device', data/pp/device_augment.py run_tail), before mixup."""
+def with_device_tail(step: StepFn, split: device_split.Split) -> StepFn:
+  """Wraps a step so that it trains on the batch after `split`'s tail (data.augment_on =
+  'device'), before mixup: each device runs the tail on its own shard (sharding.per_device) in
+  chunks of device_augment.CHUNK images (run_tail_in_chunks), so that what the compiler holds
+  for it does not grow with the per-device batch."""
+  tail = sharding.per_device(
+      functools.partial(device_augment.run_tail_in_chunks, split, device_augment.CHUNK))
+
   def augmented_step(state, batch, rng):
     return step(state, tail(batch), rng)
   return augmented_step
