@@ -7,8 +7,9 @@ Rows, timed in interleaved rounds (bench/step.py): the ImageNet-1k rung's traini
 (VMoE-S/32, Softmax Token Choice at c = 1, configs/ilsvrc_s32.py; on CPU 8 images and E = 4, as
 bench/paper_step.py) on the host path (float32 batches); then, for RandAugment at the rung's
 magnitude 10 and at V-MoE's ImageNet-21k magnitude 20, the pp's tail alone (flip, RandAugment
-(2, m), value range, one-hot: data/pp/device_augment.py run_tail) on the same number of 224 px uint8
-images as the host ships them, and the rung's step on the device path (data.augment_on =
+(2, m), value range, one-hot) as the step runs it (vmoe/train/train_step.py tail_per_device: each
+device's shard in chunks of data/pp/device_augment.py CHUNK images) on the same number of 224 px
+uint8 images as the host ships them, and the rung's step on the device path (data.augment_on =
 'device': that tail inside the step). `share` is the tail's time over the host-path step's, the
 target at most 5% (issue 51); `step_share` is the device-path step's over the host-path step's,
 less 1; `round_ms` are each round's medians, the spread to judge it by.
@@ -25,20 +26,23 @@ from base import published
 from bench import paper_step
 from bench import step
 from bench import timing
-from data.pp import device_augment
+from vmoe.model import sharding
+from vmoe.train import train_step as train_lib
 
 TARGET_SHARE = 0.05
 MAGNITUDES = (10, 20)
 
 
 class Augmenter:
-  """The jitted tail of a device-path stepper's training pp (data/pp/device_augment.py run_tail),
-  alone, on the synthetic batch that stepper's step takes (bench/step.py synthetic_batch)."""
+  """The jitted tail of a device-path stepper's training pp as its step runs it
+  (train_step.tail_per_device on the step's mesh), alone, on the synthetic batch that stepper's
+  step takes (bench/step.py synthetic_batch)."""
 
   def __init__(self, device: step.Stepper):
     self.split = device.experiment.pp_splits[device.experiment.data.pp_train]
     self.batch = jax.device_put(step.synthetic_batch(device.program))
-    self.fn = jax.jit(functools.partial(device_augment.run_tail, self.split))
+    self.fn = jax.jit(sharding.with_mesh(train_lib.tail_per_device(self.split),
+                                         device.program.mesh))
 
   def __call__(self):
     return self.fn(self.batch)['image']

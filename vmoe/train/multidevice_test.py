@@ -235,17 +235,16 @@ def compare_device_tail() -> dict:
   batch = {'image': rng.integers(0, 256, (64, 32, 32, 3)).astype(np.uint8),
            'label': rng.integers(0, 10, 64).astype(np.int32),
            device_split.AUGMENT_KEY: np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.arange(64)))}
-  # The training step's tail (train_step.with_device_tail: each device's shard, in chunks), on a
+  # The training step's tail (train_step.tail_per_device: each device's shard, in chunks), on a
   # one-device mesh (8 chunks of 8) and on data=2 x expert=4 (a chunk of 8 on each device).
-  tail_of = lambda mesh: jax.jit(sharding.with_mesh(train_lib.with_device_tail(
-      lambda state, batch, rng: batch, tail), mesh))
+  tail_of = lambda mesh: jax.jit(sharding.with_mesh(train_lib.tail_per_device(tail), mesh))
   meshes = [sharding.make_mesh(mesh_config.MeshConfig(data=1, expert=1), jax.devices()[:1]),
             sharding.make_mesh(mesh_config.MeshConfig(data=2, expert=4))]
-  one = jax.device_get(tail_of(meshes[0])(None, jax.device_put(batch, jax.devices()[0]), None))
+  one = jax.device_get(tail_of(meshes[0])(jax.device_put(batch, jax.devices()[0])))
   batch_8 = sharding.put_batch(batch, sharding.batch_sharding(meshes[1]))
-  sharded = tail_of(meshes[1])(None, batch_8, None)
+  sharded = tail_of(meshes[1])(batch_8)
   eight = jax.device_get(sharded)
-  compiled_8 = tail_of(meshes[1]).lower(None, batch_8, None).compile().as_text()
+  compiled_8 = tail_of(meshes[1]).lower(batch_8).compile().as_text()
   return {'key': 'device_tail', 'image_diff': float(np.max(np.abs(one['image'] - eight['image']))),
           'labels_diff': float(np.max(np.abs(one['labels'] - eight['labels']))),
           # Images the tail changed beyond value range's own rounding (an ulp of 1).

@@ -152,13 +152,19 @@ def mixup(batch: dict, rng: jax.Array, concentration: float, num_chunks: int) ->
   return mix(batch, sharding.constrain(weights, sharding.P()))
 
 
-def with_device_tail(step: StepFn, split: device_split.Split) -> StepFn:
-  """Wraps a step so that it trains on the batch after `split`'s tail (data.augment_on =
-  'device'), before mixup: each device runs the tail on its own shard (sharding.per_device) in
-  chunks of device_augment.CHUNK images (run_tail_in_chunks), so that what the compiler holds
-  for it does not grow with the per-device batch."""
-  tail = sharding.per_device(
+def tail_per_device(split: device_split.Split) -> Callable[[dict], dict]:
+  """batch -> the batch after `split`'s tail (data.augment_on = 'device'), as the training step
+  runs it: each device on its own shard (sharding.per_device), in chunks of device_augment.CHUNK
+  images (run_tail_in_chunks), so that what the compiler holds for it does not grow with the
+  per-device batch."""
+  return sharding.per_device(
       functools.partial(device_augment.run_tail_in_chunks, split, device_augment.CHUNK))
+
+
+def with_device_tail(step: StepFn, split: device_split.Split) -> StepFn:
+  """Wraps a step so that it trains on the batch after `split`'s tail (tail_per_device), before
+  mixup."""
+  tail = tail_per_device(split)
 
   def augmented_step(state, batch, rng):
     return step(state, tail(batch), rng)
