@@ -20,6 +20,25 @@ def test_the_memory_row_quotes_the_tails_measured_temporaries():
           "XLA:CPU") in page
 
 
+def test_the_memory_row_quotes_the_chunked_tails_temporaries_and_compile_times():
+  # The step's tail (chunks of 8 images on each device), bench/results/tail_memory_chunked.json,
+  # against the whole batch of 64 in one program (tail_memory.json).
+  results = os.path.dirname(RESULT)
+  with open(os.path.join(results, 'tail_memory_chunked.json'), encoding='utf-8') as f:
+    chunked = {r['images']: r for r in json.load(f)['rows']
+               if r['tail'] == 'rung' and r['compiler'].startswith('XLA:TPU') and r['chunk'] == 8}
+  with open(RESULT, encoding='utf-8') as f:
+    [whole] = [r for r in json.load(f)['rows'] if r['tail'] == 'rung' and r['images'] == 64 and
+               r['compiler'].startswith('XLA:TPU')]
+  with open(os.path.join(DOCS, 'accelerators.md'), encoding='utf-8') as f:
+    page = f.read()
+  assert (f"for the rung's tail, under XLA:TPU, {chunked[64]['temp_mb_per_image']:.2f} MB of "
+          f"temporaries an image at 64 images and {chunked[512]['temp_mb_per_image']:.2f} at 512, "
+          f"compiled in {chunked[64]['compile_cpu_seconds']} and "
+          f"{chunked[512]['compile_cpu_seconds']} CPU-s, against "
+          f"{whole['compile_cpu_seconds']} CPU-s for 64 images in one program") in page
+
+
 def rung_peaks() -> dict:
   """scaling.md's rung section: each (slice, augment_on) row's peak column, as written."""
   with open(os.path.join(DOCS, 'scaling.md'), encoding='utf-8') as f:
