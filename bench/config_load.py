@@ -21,14 +21,11 @@ import subprocess
 import sys
 import time
 
-from base import published
 from bench import timing
-from vmoe.routing import declarations
+from configs import common
 
 # Every paper config file, and the arguments a user passes to it.
-PAPER_CONFIGS = tuple(f'{arch.lower().replace("/", "")}_{router}'
-                      for arch in published.ARCHS
-                      for router in published.ROUTERS + (declarations.DENSE,))
+PAPER_CONFIGS = common.paper_config_modules()
 ARGUMENTS = (None, 'c=2', 'runlocal=True')
 LOAD_CONFIGS = f"""
 import importlib

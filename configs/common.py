@@ -232,6 +232,13 @@ def imagenet_fewshot_pp(image_size: int) -> str:
           'value_range(-1, 1)|keep("image", "label")')
 
 
+def paper_config_modules() -> tuple[str, ...]:
+  """The paper configs' module names under configs/, one a published architecture and router
+  and one a dense ViT of each architecture: 'b32_softmax_tc', ..., 'l16_dense'."""
+  return tuple(f'{arch.lower().replace("/", "")}_{router}' for arch in published.ARCHS
+               for router in published.ROUTERS + (declarations.DENSE,))
+
+
 def get_paper_config(variant: str, router: str, arg: str | None = None) -> mlc.ConfigDict:
   """One cell of the paper's tables: `variant` (B/32, B/16, L/16) x `router`, c from `arg`.
 

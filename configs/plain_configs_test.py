@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-from base import published
+from configs import common
 from testing import layers
 from vmoe.routing import declarations
 
@@ -18,9 +18,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # Files of configs/ that build no config: the shared recipe and helpers.
 HELPERS = {'__init__.py', 'common.py', 'blocks.py'}
 ROUTERS = sorted(declarations.BUILT_IN) + [declarations.DENSE]
-ARCH_FILES = sorted(f'{arch.lower().replace("/", "")}_{router}.py'
-                    for arch in published.ARCHS
-                    for router in published.ROUTERS + (declarations.DENSE,))
+ARCH_FILES = sorted(f'{name}.py' for name in common.paper_config_modules())
 # Every config file and the arguments it is loaded with (a user's router_module= is left out:
 # such a config may load that module's JAX).
 ARGUMENTS = {
